@@ -1,0 +1,67 @@
+package kvstore
+
+import "context"
+
+// Store is the method set both implementations offer (*JetStore on a JetStream KV bucket and
+// *MemStore in memory), with identical semantics; one conformance suite runs against both.
+// Consumers such as the bridge declare the subset they need.
+type Store interface {
+	// Create stores t (status and all) under Key(t.ID) if no record exists there.
+	// If one exists it returns that record and an error matching ErrExists.
+	Create(ctx context.Context, t *Task) (Entry, error)
+	// Get returns the current record, or ErrNotFound.
+	Get(ctx context.Context, id string) (Entry, error)
+	// Update replaces the record if its revision is still rev; otherwise ErrConflict
+	// (ErrNotFound if the key has been deleted or never existed... also reported as ErrConflict
+	// when the server cannot tell the two apart). Returns the new revision.
+	Update(ctx context.Context, t *Task, rev uint64) (uint64, error)
+	// Delete removes the record if its revision is still rev; otherwise ErrConflict.
+	Delete(ctx context.Context, id string, rev uint64) error
+
+	// CreateAsync, UpdateAsync and DeleteAsync start the same operations without waiting: they
+	// return at once (after at most a short flow-control wait) and call done exactly once, on
+	// another goroutine, with the outcome. Many may be in flight; done calls come in no promised
+	// order. done must not block for long.
+	CreateAsync(ctx context.Context, t *Task, done func(Entry, error))
+	UpdateAsync(ctx context.Context, t *Task, rev uint64, done func(uint64, error))
+	DeleteAsync(ctx context.Context, id string, rev uint64, done func(error))
+
+	// Watch delivers the current records of the given partitions (all partitions if none are
+	// given), then one EventInitDone, then live changes including deletes, until ctx ends or
+	// Stop is called. The channel never blocks the server-side subscription: events are queued
+	// without bound inside the watcher.
+	Watch(ctx context.Context, partitions ...int) (Watcher, error)
+
+	// Partitions is the bucket's partition count.
+	Partitions() int
+}
+
+// EventKind says what a watch event carries.
+type EventKind uint8
+
+const (
+	// EventPut: a record was created or updated; Entry holds it.
+	EventPut EventKind = iota + 1
+	// EventDelete: a record was deleted; only ID and Revision are set.
+	EventDelete
+	// EventInitDone: every record that existed when the watch started has been delivered.
+	EventInitDone
+	// EventError: a stored value could not be decoded (Err says why; ID and Revision are set).
+	EventError
+)
+
+// Event is one change seen by a Watcher.
+type Event struct {
+	Kind     EventKind
+	ID       string
+	Revision uint64
+	Entry    Entry // EventPut only
+	Err      error // EventError only (wraps ErrCorrupt or ErrUnknownVersion)
+}
+
+// Watcher is a running watch.
+type Watcher interface {
+	// Events is closed after Stop, or when the watch context ends.
+	Events() <-chan Event
+	Stop() error
+}
