@@ -1,0 +1,373 @@
+package kvstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Record format, version 1 (what `nats kv get` shows):
+//
+//	{"v":1,"id":"order-42","biz":"order.timeout","status":"WAITING","due":1767225600000,...}
+//	<raw payload bytes>
+//
+// One line of JSON metadata, one '\n', then the payload exactly as given (no base64). JSON never
+// contains a raw newline, so the first '\n' ends the metadata. Fields, in this order:
+//
+//	v            int       always 1
+//	id           string    task id
+//	biz          string    biz type
+//	status       string    WAITING, RUNNING, SUCCESS, DEAD or CANCELLED
+//	due          int       UTC Unix ms
+//	attempt      int       attempts started so far
+//	max_retry    int       retries after the first attempt
+//	ack_wait_ms  int       milliseconds
+//	backoff_ms   [int]     milliseconds, possibly []
+//	lease_until  int       UTC Unix ms, omitted when 0
+//	owner        string    omitted when ""
+//	created      int       UTC Unix ms
+//	updated      int       UTC Unix ms
+//	finished     int       UTC Unix ms, omitted when 0
+//	last_error   string    omitted when ""
+//	hdr          {string:[string]}  omitted when empty; keys sorted
+//
+// Readers ignore fields they do not know, so optional fields can be added within version 1.
+
+// recordVersion is the only encoding version this build reads and writes.
+const recordVersion = 1
+
+// maxDurationMS is the largest millisecond count a time.Duration can hold.
+const maxDurationMS = math.MaxInt64 / int64(time.Millisecond)
+
+// EncodeTask encodes t in the record format above. Durations are truncated to whole milliseconds.
+// Strings that are not valid UTF-8 have each bad byte replaced by U+FFFD (as encoding/json does).
+// Header keys without values are dropped. It fails only for a task that could not be decoded back:
+// no id, an unknown status, or a negative attempt, max retry, ack wait or backoff.
+func EncodeTask(t *Task) ([]byte, error) {
+	if t == nil {
+		return nil, fmt.Errorf("encode task: nil task")
+	}
+	if err := checkEncodable(t); err != nil {
+		return nil, fmt.Errorf("encode task %q: %w", t.ID, err)
+	}
+	return appendTask(make([]byte, 0, encodedSizeHint(t)), t), nil
+}
+
+func checkEncodable(t *Task) error {
+	switch {
+	case t.ID == "":
+		return fmt.Errorf("empty id")
+	case !validStatus(t.Status):
+		return fmt.Errorf("unknown status %q", t.Status)
+	case t.Attempt < 0:
+		return fmt.Errorf("negative attempt %d", t.Attempt)
+	case t.MaxRetry < 0:
+		return fmt.Errorf("negative max retry %d", t.MaxRetry)
+	case t.AckWait < 0:
+		return fmt.Errorf("negative ack wait %v", t.AckWait)
+	}
+	for i, d := range t.Backoff {
+		if d < 0 {
+			return fmt.Errorf("negative backoff[%d] %v", i, d)
+		}
+	}
+	return nil
+}
+
+func validStatus(s Status) bool {
+	switch s {
+	case StatusWaiting, StatusRunning, StatusSuccess, StatusDead, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// encodedSizeHint is a close upper estimate of the encoded size when no string needs escaping,
+// so that the usual record costs one allocation.
+func encodedSizeHint(t *Task) int {
+	n := 256 + len(t.ID) + len(t.BizType) + len(t.Owner) + len(t.LastError) + len(t.Payload) + 21*len(t.Backoff)
+	for k, vs := range t.Header {
+		n += len(k) + 6
+		for _, v := range vs {
+			n += len(v) + 3
+		}
+	}
+	return n
+}
+
+func appendTask(b []byte, t *Task) []byte {
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, recordVersion, 10)
+	b = append(b, `,"id":`...)
+	b = appendString(b, t.ID)
+	b = append(b, `,"biz":`...)
+	b = appendString(b, t.BizType)
+	b = append(b, `,"status":`...)
+	b = appendString(b, string(t.Status))
+	b = append(b, `,"due":`...)
+	b = strconv.AppendInt(b, t.DueAt, 10)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(t.Attempt), 10)
+	b = append(b, `,"max_retry":`...)
+	b = strconv.AppendInt(b, int64(t.MaxRetry), 10)
+	b = append(b, `,"ack_wait_ms":`...)
+	b = strconv.AppendInt(b, t.AckWait.Milliseconds(), 10)
+	b = append(b, `,"backoff_ms":[`...)
+	for i, d := range t.Backoff {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, d.Milliseconds(), 10)
+	}
+	b = append(b, ']')
+	if t.LeaseUntil != 0 {
+		b = append(b, `,"lease_until":`...)
+		b = strconv.AppendInt(b, t.LeaseUntil, 10)
+	}
+	if t.Owner != "" {
+		b = append(b, `,"owner":`...)
+		b = appendString(b, t.Owner)
+	}
+	b = append(b, `,"created":`...)
+	b = strconv.AppendInt(b, t.CreatedAt, 10)
+	b = append(b, `,"updated":`...)
+	b = strconv.AppendInt(b, t.UpdatedAt, 10)
+	if t.FinishedAt != 0 {
+		b = append(b, `,"finished":`...)
+		b = strconv.AppendInt(b, t.FinishedAt, 10)
+	}
+	if t.LastError != "" {
+		b = append(b, `,"last_error":`...)
+		b = appendString(b, t.LastError)
+	}
+	b = appendHeader(b, t.Header)
+	b = append(b, "}\n"...)
+	return append(b, t.Payload...)
+}
+
+// appendHeader writes `,"hdr":{...}` with sorted keys, skipping keys without values, or nothing.
+func appendHeader(b []byte, h map[string][]string) []byte {
+	var buf [16]string
+	keys := buf[:0]
+	for k, vs := range h {
+		if len(vs) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return b
+	}
+	slices.Sort(keys)
+	b = append(b, `,"hdr":{`...)
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ":["...)
+		for j, v := range h[k] {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, v)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. It escapes '"', '\\', control characters, DEL and
+// U+2028/U+2029 (so a terminal and a JavaScript reader see plain text), and replaces each byte of
+// invalid UTF-8 with U+FFFD. Everything else, including non-ASCII text, is copied as is.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, `\u202`...)
+			b = append(b, hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// record is the decoding shape of the metadata line. Pointers tell a missing field from a zero.
+type record struct {
+	V          *int                `json:"v"`
+	ID         *string             `json:"id"`
+	Biz        *string             `json:"biz"`
+	Status     *string             `json:"status"`
+	Due        *int64              `json:"due"`
+	Attempt    *int                `json:"attempt"`
+	MaxRetry   *int                `json:"max_retry"`
+	AckWaitMS  *int64              `json:"ack_wait_ms"`
+	BackoffMS  *[]int64            `json:"backoff_ms"`
+	LeaseUntil int64               `json:"lease_until"`
+	Owner      string              `json:"owner"`
+	Created    *int64              `json:"created"`
+	Updated    *int64              `json:"updated"`
+	Finished   int64               `json:"finished"`
+	LastError  string              `json:"last_error"`
+	Header     map[string][]string `json:"hdr"`
+}
+
+// DecodeTask decodes a record written by EncodeTask. The error wraps ErrUnknownVersion when the
+// record names another version, ErrCorrupt for anything else wrong, and says what. Empty payload,
+// backoff and header come back nil. The payload is a copy: b may be reused.
+func DecodeTask(b []byte) (Task, error) {
+	if len(b) == 0 {
+		return Task{}, fmt.Errorf("%w: empty value", ErrCorrupt)
+	}
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 {
+		return Task{}, fmt.Errorf("%w: no newline after the metadata", ErrCorrupt)
+	}
+	meta, payload := b[:nl], b[nl+1:]
+	var r record
+	if err := json.Unmarshal(meta, &r); err != nil {
+		if v, ok := probeVersion(meta); ok && v != "1" {
+			return Task{}, fmt.Errorf("%w: version %s (this build reads version %d)", ErrUnknownVersion, v, recordVersion)
+		}
+		return Task{}, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
+	}
+	if r.V == nil {
+		return Task{}, fmt.Errorf("%w: missing field %q", ErrCorrupt, "v")
+	}
+	if *r.V != recordVersion {
+		return Task{}, fmt.Errorf("%w: version %d (this build reads version %d)", ErrUnknownVersion, *r.V, recordVersion)
+	}
+	if err := r.check(); err != nil {
+		return Task{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	t := Task{
+		ID:         *r.ID,
+		BizType:    *r.Biz,
+		Status:     Status(*r.Status),
+		DueAt:      *r.Due,
+		Attempt:    *r.Attempt,
+		MaxRetry:   *r.MaxRetry,
+		AckWait:    time.Duration(*r.AckWaitMS) * time.Millisecond,
+		LeaseUntil: r.LeaseUntil,
+		Owner:      r.Owner,
+		CreatedAt:  *r.Created,
+		UpdatedAt:  *r.Updated,
+		FinishedAt: r.Finished,
+		LastError:  r.LastError,
+	}
+	if ms := *r.BackoffMS; len(ms) > 0 {
+		t.Backoff = make([]time.Duration, len(ms))
+		for i, m := range ms {
+			t.Backoff[i] = time.Duration(m) * time.Millisecond
+		}
+	}
+	for k, vs := range r.Header {
+		if len(vs) == 0 {
+			delete(r.Header, k)
+		}
+	}
+	if len(r.Header) > 0 {
+		t.Header = r.Header
+	}
+	if len(payload) > 0 {
+		t.Payload = bytes.Clone(payload)
+	}
+	return t, nil
+}
+
+// check reports the first missing or out-of-range field.
+func (r *record) check() error {
+	required := []struct {
+		name    string
+		missing bool
+	}{
+		{"id", r.ID == nil},
+		{"biz", r.Biz == nil},
+		{"status", r.Status == nil},
+		{"due", r.Due == nil},
+		{"attempt", r.Attempt == nil},
+		{"max_retry", r.MaxRetry == nil},
+		{"ack_wait_ms", r.AckWaitMS == nil},
+		{"backoff_ms", r.BackoffMS == nil},
+		{"created", r.Created == nil},
+		{"updated", r.Updated == nil},
+	}
+	for _, f := range required {
+		if f.missing {
+			return fmt.Errorf("missing field %q", f.name)
+		}
+	}
+	switch {
+	case *r.ID == "":
+		return fmt.Errorf("empty id")
+	case !validStatus(Status(*r.Status)):
+		return fmt.Errorf("unknown status %q", *r.Status)
+	case *r.Attempt < 0:
+		return fmt.Errorf("attempt %d is negative", *r.Attempt)
+	case *r.MaxRetry < 0:
+		return fmt.Errorf("max_retry %d is negative", *r.MaxRetry)
+	case *r.AckWaitMS < 0 || *r.AckWaitMS > maxDurationMS:
+		return fmt.Errorf("ack_wait_ms %d out of range [0, %d]", *r.AckWaitMS, maxDurationMS)
+	}
+	for i, m := range *r.BackoffMS {
+		if m < 0 || m > maxDurationMS {
+			return fmt.Errorf("backoff_ms[%d] %d out of range [0, %d]", i, m, maxDurationMS)
+		}
+	}
+	return nil
+}
+
+// probeVersion pulls "v" out of metadata that did not decode as a version 1 record, so that a
+// record of a later version is reported as such rather than as corrupt.
+func probeVersion(meta []byte) (string, bool) {
+	var p struct {
+		V json.RawMessage `json:"v"`
+	}
+	if json.Unmarshal(meta, &p) != nil || len(p.V) == 0 || (p.V[0] != '-' && (p.V[0] < '0' || p.V[0] > '9')) {
+		return "", false
+	}
+	return string(p.V), true
+}

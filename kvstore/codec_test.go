@@ -1,0 +1,394 @@
+package kvstore_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// codecBase is a plausible WAITING task; cases below vary it.
+func codecBase() kvstore.Task {
+	return kvstore.Task{
+		ID:        "order-42",
+		BizType:   "order.timeout",
+		Payload:   []byte(`{"order_id":42}`),
+		Status:    kvstore.StatusWaiting,
+		DueAt:     1767225600000,
+		MaxRetry:  3,
+		AckWait:   30 * time.Second,
+		Backoff:   []time.Duration{10 * time.Second, 30 * time.Second, 60 * time.Second},
+		CreatedAt: 1767223800000,
+		UpdatedAt: 1767223800000,
+	}
+}
+
+// codecGolden is the task stored in testdata/record-v1.txt.
+func codecGolden() kvstore.Task {
+	t := codecBase()
+	t.Status = kvstore.StatusRunning
+	t.Attempt = 2
+	t.LeaseUntil = 1767225640000
+	t.Owner = "bridge-a"
+	t.UpdatedAt = 1767225610000
+	t.LastError = `nak: "db down"`
+	t.Header = map[string][]string{"Trace-Id": {"abc123"}, "X-Tag": {"a", "b"}}
+	t.Payload = []byte("{\"order_id\":42,\n \"note\":\"two lines\"}")
+	return t
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	t.Parallel()
+	with := func(f func(*kvstore.Task)) kvstore.Task {
+		task := codecBase()
+		f(&task)
+		return task
+	}
+	binary := make([]byte, 300)
+	for i := range binary {
+		binary[i] = byte(i)
+	}
+	tests := []struct {
+		name string
+		task kvstore.Task
+	}{
+		{"waiting", codecBase()},
+		{"running", with(func(t *kvstore.Task) {
+			t.Status, t.Attempt, t.LeaseUntil, t.Owner = kvstore.StatusRunning, 1, 1767225630000, "bridge-1"
+		})},
+		{"success", with(func(t *kvstore.Task) {
+			t.Status, t.Attempt, t.FinishedAt = kvstore.StatusSuccess, 1, 1767225601000
+		})},
+		{"dead", with(func(t *kvstore.Task) {
+			t.Status, t.Attempt, t.FinishedAt, t.LastError = kvstore.StatusDead, 4, 1767225701000, "ack wait expired"
+		})},
+		{"cancelled", with(func(t *kvstore.Task) { t.Status, t.FinishedAt = kvstore.StatusCancelled, 1767225000000 })},
+		{"empty payload", with(func(t *kvstore.Task) { t.Payload = nil })},
+		{"binary payload", with(func(t *kvstore.Task) { t.Payload = append([]byte("\n\n\x00{"), binary...) })},
+		{"payload only newlines", with(func(t *kvstore.Task) { t.Payload = []byte("\n\r\n") })},
+		{"no backoff", with(func(t *kvstore.Task) { t.Backoff = nil })},
+		{"zero everything", kvstore.Task{ID: "x", Status: kvstore.StatusWaiting}},
+		{"headers", with(func(t *kvstore.Task) {
+			t.Header = map[string][]string{
+				"Nats-Msg-Id": {"m1"}, "X-Many": {"1", "2", "", "three"}, "é-ünï": {"日本語"},
+			}
+		})},
+		{"unicode, quotes, control chars", with(func(t *kvstore.Task) {
+			t.BizType = "订单.超时"
+			t.Owner = "host \"a\" \\ b"
+			t.LastError = "line1\nline2\r\t\x00\x01\x1f\x7f </script> & \u2028\u2029 😀"
+			t.Header = map[string][]string{"K\"\n": {"v\\\x00"}}
+		})},
+		{"large values", with(func(t *kvstore.Task) {
+			t.DueAt, t.CreatedAt, t.UpdatedAt = 1<<62, -1<<62, -1
+			t.LeaseUntil, t.FinishedAt = 9223372036854775807, -9223372036854775808
+			t.Attempt, t.MaxRetry = 1<<40, 1<<50
+			t.AckWait = 9223372036854 * time.Millisecond
+			t.Backoff = []time.Duration{0, time.Millisecond, 9223372036854 * time.Millisecond}
+			t.ID = strings.Repeat("a", kvstore.MaxIDLen)
+			t.LastError = strings.Repeat("é\n", 5000)
+			t.Payload = bytes.Repeat([]byte("x\n"), 1<<20)
+		})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := kvstore.EncodeTask(&tt.task)
+			if err != nil {
+				t.Fatalf("EncodeTask: %v", err)
+			}
+			meta, _, ok := bytes.Cut(b, []byte("\n"))
+			if !ok || !json.Valid(meta) {
+				t.Fatalf("metadata line is not JSON: %q", meta)
+			}
+			got, err := kvstore.DecodeTask(b)
+			if err != nil {
+				t.Fatalf("DecodeTask: %v\nrecord: %q", err, meta)
+			}
+			if !reflect.DeepEqual(got, tt.task) {
+				t.Errorf("round trip changed the task\n got: %+v\nwant: %+v\nmeta: %s", got, tt.task, meta)
+			}
+		})
+	}
+}
+
+// Encoding normalises what has no meaning: empty slices and maps come back nil, header keys
+// without values vanish, invalid UTF-8 becomes U+FFFD, sub-millisecond durations are truncated.
+func TestCodecNormalises(t *testing.T) {
+	t.Parallel()
+	in := codecBase()
+	in.Payload = []byte{}
+	in.Backoff = []time.Duration{1500 * time.Microsecond}
+	in.AckWait = 999 * time.Microsecond
+	in.Header = map[string][]string{"Empty": {}, "Nil": nil}
+	in.LastError = "bad \xff byte"
+	b, err := kvstore.EncodeTask(&in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := kvstore.DecodeTask(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := codecBase()
+	want.Payload = nil
+	want.Backoff = []time.Duration{time.Millisecond}
+	want.AckWait = 0
+	want.LastError = "bad \uFFFD byte"
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestCodecDecodeCopiesPayload(t *testing.T) {
+	t.Parallel()
+	task := codecBase()
+	b, err := kvstore.EncodeTask(&task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := kvstore.DecodeTask(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 'X'
+	}
+	if string(got.Payload) != string(task.Payload) {
+		t.Errorf("payload aliases the input: %q", got.Payload)
+	}
+}
+
+func TestCodecGolden(t *testing.T) {
+	t.Parallel()
+	golden, err := os.ReadFile(filepath.Join("testdata", "record-v1.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := codecGolden()
+	got, err := kvstore.DecodeTask(golden)
+	if err != nil {
+		t.Fatalf("DecodeTask(golden): %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("DecodeTask(golden)\n got: %+v\nwant: %+v", got, want)
+	}
+	enc, err := kvstore.EncodeTask(&want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(enc, golden) {
+		t.Errorf("EncodeTask differs from testdata/record-v1.txt\n got: %q\nwant: %q", enc, golden)
+	}
+}
+
+func TestCodecEncodeRefuses(t *testing.T) {
+	t.Parallel()
+	with := func(f func(*kvstore.Task)) *kvstore.Task {
+		task := codecBase()
+		f(&task)
+		return &task
+	}
+	tests := []struct {
+		name string
+		task *kvstore.Task
+		want string
+	}{
+		{"nil", nil, "nil task"},
+		{"empty id", with(func(t *kvstore.Task) { t.ID = "" }), "empty id"},
+		{"no status", with(func(t *kvstore.Task) { t.Status = "" }), "unknown status"},
+		{"bad status", with(func(t *kvstore.Task) { t.Status = "waiting" }), "unknown status"},
+		{"negative attempt", with(func(t *kvstore.Task) { t.Attempt = -1 }), "negative attempt"},
+		{"negative max retry", with(func(t *kvstore.Task) { t.MaxRetry = -1 }), "negative max retry"},
+		{"negative ack wait", with(func(t *kvstore.Task) { t.AckWait = -time.Second }), "negative ack wait"},
+		{"negative backoff", with(func(t *kvstore.Task) { t.Backoff[1] = -time.Second }), "negative backoff[1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := kvstore.EncodeTask(tt.task)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("EncodeTask: err = %v, want one saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCodecDecodeCorrupt(t *testing.T) {
+	t.Parallel()
+	const good = `"id":"a","biz":"b","status":"WAITING","due":1,"attempt":0,"max_retry":3,"ack_wait_ms":30000,"backoff_ms":[],"created":1,"updated":1`
+	drop := func(field string) string {
+		var kept []string
+		for _, kv := range strings.Split(good, `,"`) {
+			if !strings.HasPrefix(strings.TrimPrefix(kv, `"`), field+`"`) {
+				kept = append(kept, strings.TrimPrefix(kv, `"`))
+			}
+		}
+		return `{"v":1,"` + strings.Join(kept, `,"`) + "}\n"
+	}
+	set := func(field, value string) string {
+		return strings.TrimSuffix(drop(field), "}\n") + `,"` + field + `":` + value + "}\n"
+	}
+	tests := []struct {
+		name    string
+		in      string
+		wantErr error
+		want    string // part of the message
+	}{
+		{"empty", "", kvstore.ErrCorrupt, "empty"},
+		{"no newline", `{"v":1,` + good + `}`, kvstore.ErrCorrupt, "no newline"},
+		{"only newline", "\n", kvstore.ErrCorrupt, "metadata"},
+		{"not json", "hello\nworld", kvstore.ErrCorrupt, "metadata"},
+		{"json array", "[1]\n", kvstore.ErrCorrupt, "metadata"},
+		{"json null", "null\n", kvstore.ErrCorrupt, `missing field "v"`},
+		{"truncated json", `{"v":1,"id":"a"` + "\n", kvstore.ErrCorrupt, "metadata"},
+		{"trailing garbage", `{"v":1,` + good + `}x` + "\n", kvstore.ErrCorrupt, "metadata"},
+		{"base64 of a record", "eyJ2IjoxfQ==\n", kvstore.ErrCorrupt, "metadata"},
+		{"version 2", `{"v":2,` + good + "}\n", kvstore.ErrUnknownVersion, "version 2"},
+		{"version 0", `{"v":0}` + "\n", kvstore.ErrUnknownVersion, "version 0"},
+		{"version 2 other shape", `{"v":2,"id":7}` + "\n", kvstore.ErrUnknownVersion, "version 2"},
+		{"version -1", `{"v":-1,"due":"x"}` + "\n", kvstore.ErrUnknownVersion, "version -1"},
+		{"version string", `{"v":"1",` + good + "}\n", kvstore.ErrCorrupt, "metadata"},
+		{"version float", `{"v":1.5,` + good + "}\n", kvstore.ErrUnknownVersion, "version 1.5"},
+		{"version missing", `{` + good + "}\n", kvstore.ErrCorrupt, `missing field "v"`},
+		{"version 1 but wrong type", `{"v":1,"due":"soon"}` + "\n", kvstore.ErrCorrupt, "metadata"},
+		{"id missing", drop("id"), kvstore.ErrCorrupt, `missing field "id"`},
+		{"biz missing", drop("biz"), kvstore.ErrCorrupt, `missing field "biz"`},
+		{"status missing", drop("status"), kvstore.ErrCorrupt, `missing field "status"`},
+		{"due missing", drop("due"), kvstore.ErrCorrupt, `missing field "due"`},
+		{"attempt missing", drop("attempt"), kvstore.ErrCorrupt, `missing field "attempt"`},
+		{"max_retry missing", drop("max_retry"), kvstore.ErrCorrupt, `missing field "max_retry"`},
+		{"ack_wait_ms missing", drop("ack_wait_ms"), kvstore.ErrCorrupt, `missing field "ack_wait_ms"`},
+		{"backoff_ms missing", drop("backoff_ms"), kvstore.ErrCorrupt, `missing field "backoff_ms"`},
+		{"backoff_ms null", set("backoff_ms", "null"), kvstore.ErrCorrupt, `missing field "backoff_ms"`},
+		{"created missing", drop("created"), kvstore.ErrCorrupt, `missing field "created"`},
+		{"updated missing", drop("updated"), kvstore.ErrCorrupt, `missing field "updated"`},
+		{"id null", set("id", "null"), kvstore.ErrCorrupt, `missing field "id"`},
+		{"id empty", set("id", `""`), kvstore.ErrCorrupt, "empty id"},
+		{"id number", set("id", "5"), kvstore.ErrCorrupt, "metadata"},
+		{"status unknown", set("status", `"PAUSED"`), kvstore.ErrCorrupt, `unknown status "PAUSED"`},
+		{"status lower case", set("status", `"waiting"`), kvstore.ErrCorrupt, "unknown status"},
+		{"status number", set("status", "1"), kvstore.ErrCorrupt, "metadata"},
+		{"due float", set("due", "1.5"), kvstore.ErrCorrupt, "metadata"},
+		{"due string", set("due", `"1"`), kvstore.ErrCorrupt, "metadata"},
+		{"due overflow", set("due", "9223372036854775808"), kvstore.ErrCorrupt, "metadata"},
+		{"attempt negative", set("attempt", "-1"), kvstore.ErrCorrupt, "attempt -1 is negative"},
+		{"max_retry negative", set("max_retry", "-3"), kvstore.ErrCorrupt, "max_retry -3 is negative"},
+		{"ack_wait_ms negative", set("ack_wait_ms", "-1"), kvstore.ErrCorrupt, "ack_wait_ms -1 out of range"},
+		{"ack_wait_ms too large", set("ack_wait_ms", "9223372036855"), kvstore.ErrCorrupt, "ack_wait_ms 9223372036855 out of range"},
+		{"backoff_ms negative", set("backoff_ms", "[1,-1]"), kvstore.ErrCorrupt, "backoff_ms[1] -1 out of range"},
+		{"backoff_ms too large", set("backoff_ms", "[9223372036855]"), kvstore.ErrCorrupt, "backoff_ms[0]"},
+		{"backoff_ms not a list", set("backoff_ms", "10"), kvstore.ErrCorrupt, "metadata"},
+		{"backoff_ms strings", set("backoff_ms", `["10s"]`), kvstore.ErrCorrupt, "metadata"},
+		{"hdr wrong shape", set("hdr", `{"K":"v"}`), kvstore.ErrCorrupt, "metadata"},
+		{"hdr list", set("hdr", `["K"]`), kvstore.ErrCorrupt, "metadata"},
+		{"lease_until string", set("lease_until", `"x"`), kvstore.ErrCorrupt, "metadata"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := kvstore.DecodeTask([]byte(tt.in))
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("DecodeTask(%q): err = %v, want %v", tt.in, err, tt.wantErr)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("DecodeTask(%q): err = %q, want it to say %q", tt.in, err, tt.want)
+			}
+		})
+	}
+}
+
+// A record written by hand or by another writer may order fields freely, add unknown ones, use
+// spaces and \u escapes; version 1 readers accept all of that.
+func TestCodecDecodeLenient(t *testing.T) {
+	t.Parallel()
+	in := " { \"updated\" : 2 , \"future_field\": {\"x\":[1]}, \"v\":1, \"id\":\"\\u0061\", \"biz\":\"b\", " +
+		"\"status\":\"DEAD\", \"due\":3, \"attempt\":4, \"max_retry\":3, \"ack_wait_ms\":5, \"backoff_ms\":[6,7], " +
+		"\"created\":1, \"finished\":8, \"hdr\":{\"K\":[],\"L\":[\"x\"]}, \"last_error\":\"\\ud83d\\ude00\"}\npayload"
+	got, err := kvstore.DecodeTask([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kvstore.Task{
+		ID: "a", BizType: "b", Status: kvstore.StatusDead, DueAt: 3, Attempt: 4, MaxRetry: 3,
+		AckWait: 5 * time.Millisecond, Backoff: []time.Duration{6 * time.Millisecond, 7 * time.Millisecond},
+		CreatedAt: 1, UpdatedAt: 2, FinishedAt: 8, LastError: "😀",
+		Header: map[string][]string{"L": {"x"}}, Payload: []byte("payload"),
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func FuzzDecodeTask(f *testing.F) {
+	golden, err := os.ReadFile(filepath.Join("testdata", "record-v1.txt"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(golden)
+	f.Add([]byte(""))
+	f.Add([]byte("\n"))
+	f.Add([]byte(`{"v":2}` + "\n"))
+	for _, task := range []kvstore.Task{codecBase(), {ID: "x", Status: kvstore.StatusCancelled, Payload: []byte("\n\x00")}} {
+		b, err := kvstore.EncodeTask(&task)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		task, err := kvstore.DecodeTask(in)
+		if err != nil {
+			if !errors.Is(err, kvstore.ErrCorrupt) && !errors.Is(err, kvstore.ErrUnknownVersion) {
+				t.Fatalf("DecodeTask(%q): error %v wraps neither ErrCorrupt nor ErrUnknownVersion", in, err)
+			}
+			return
+		}
+		enc, err := kvstore.EncodeTask(&task)
+		if err != nil {
+			t.Fatalf("EncodeTask(DecodeTask(%q)): %v", in, err)
+		}
+		again, err := kvstore.DecodeTask(enc)
+		if err != nil {
+			t.Fatalf("DecodeTask(EncodeTask(DecodeTask(%q))): %v\nencoded: %q", in, err, enc)
+		}
+		if !reflect.DeepEqual(again, task) {
+			t.Fatalf("re-encoding changed the task\n first: %+v\nsecond: %+v\nencoded: %q", task, again, enc)
+		}
+	})
+}
+
+func BenchmarkCodec(b *testing.B) {
+	task := codecBase()
+	task.Header = map[string][]string{"Trace-Id": {"4bf92f3577b34da6a3ce929d0e0e4736"}}
+	task.Payload = bytes.Repeat([]byte("0123456789abcdef"), 64) // 1 KiB
+	enc, err := kvstore.EncodeTask(&task)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(enc)))
+		for b.Loop() {
+			if _, err := kvstore.EncodeTask(&task); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(enc)))
+		for b.Loop() {
+			if _, err := kvstore.DecodeTask(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
