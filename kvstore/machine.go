@@ -1,0 +1,221 @@
+package kvstore
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// The task state machine: pure functions from a record and the time to the next record. No I/O, no
+// clock: now is UTC Unix milliseconds, passed in. Each function takes the task by value and returns
+// the new record; it never modifies the Payload, Header or Backoff it shares with its input. A
+// refusal leaves nothing changed and returns an error wrapping ErrTransition or ErrStaleAttempt
+// that names the operation and the state. Every transition sets UpdatedAt = now.
+//
+//	WAITING --Claim--> RUNNING --Ack--> SUCCESS
+//	   |                 |  \--Nak / LeaseExpired--> WAITING (retry at now+backoff), or DEAD when exhausted
+//	   |                 \--Term--> DEAD --Requeue--> WAITING
+//	   \--Cancel--> CANCELLED                (Reschedule: WAITING -> WAITING at a new due time)
+
+// ErrStaleAttempt: an ack, nak, term or progress report names an attempt that is not the current
+// one (typically a late reply to an attempt whose lease expired and which has been retried since).
+// Callers ignore it.
+var ErrStaleAttempt = errors.New("kvstore: stale attempt")
+
+// Defaults for a task's retry policy (DESIGN.md, "Defaults"); intake fills them in, the state
+// machine uses whatever the record holds.
+const (
+	DefaultMaxRetry = 3                // retries after the first attempt: 4 attempts in all
+	DefaultAckWait  = 30 * time.Second // lease of one attempt
+)
+
+// DefaultBackoff returns the default waits before retries 1, 2, 3 (the last repeats): 10s, 30s, 60s.
+func DefaultBackoff() []time.Duration {
+	return []time.Duration{10 * time.Second, 30 * time.Second, 60 * time.Second}
+}
+
+// Reasons recorded in LastError when the caller gives none.
+const (
+	reasonNak     = "nak"
+	reasonTerm    = "terminated by consumer"
+	reasonExpired = "ack wait expired"
+)
+
+// Claim starts the next attempt: WAITING → RUNNING, Attempt+1, LeaseUntil = now + AckWait,
+// Owner = owner. It does not look at DueAt: the caller decides when.
+func Claim(t Task, now int64, owner string) (Task, error) {
+	if t.Status != StatusWaiting {
+		return t, refuse("claim", t)
+	}
+	t.Status = StatusRunning
+	t.Attempt++
+	t.LeaseUntil = addDuration(now, t.AckWait)
+	t.Owner = owner
+	t.UpdatedAt = now
+	return t, nil
+}
+
+// Ack ends the task in success: RUNNING attempt → SUCCESS, FinishedAt = now, lease and owner cleared.
+func Ack(t Task, attempt int, now int64) (Task, error) {
+	if err := checkAttempt("ack", t, attempt); err != nil {
+		return t, err
+	}
+	t = endLease(t, now)
+	t.Status = StatusSuccess
+	t.FinishedAt = now
+	return t, nil
+}
+
+// Nak fails the attempt: RUNNING attempt → WAITING with DueAt = now + delay, or DEAD (FinishedAt =
+// now) when the attempts are exhausted (Attempt >= MaxRetry+1). A negative delay means the task's
+// own backoff: Backoff[attempt-1], the last entry repeating, 0 without a backoff list. A delay is
+// rounded up to whole milliseconds (never early). LastError = reason ("nak" when empty).
+func Nak(t Task, attempt int, now int64, delay time.Duration, reason string) (Task, error) {
+	if err := checkAttempt("nak", t, attempt); err != nil {
+		return t, err
+	}
+	return retry(t, now, delay, cmp.Or(reason, reasonNak)), nil
+}
+
+// Term gives up at once: RUNNING attempt → DEAD, FinishedAt = now, LastError = reason
+// ("terminated by consumer" when empty).
+func Term(t Task, attempt int, now int64, reason string) (Task, error) {
+	if err := checkAttempt("term", t, attempt); err != nil {
+		return t, err
+	}
+	t = endLease(t, now)
+	t.Status = StatusDead
+	t.FinishedAt = now
+	t.LastError = cmp.Or(reason, reasonTerm)
+	return t, nil
+}
+
+// InProgress extends the lease of the RUNNING attempt: LeaseUntil = now + AckWait.
+func InProgress(t Task, attempt int, now int64) (Task, error) {
+	if err := checkAttempt("in progress", t, attempt); err != nil {
+		return t, err
+	}
+	t.LeaseUntil = addDuration(now, t.AckWait)
+	t.UpdatedAt = now
+	return t, nil
+}
+
+// LeaseExpired fails a RUNNING attempt whose lease has ended (LeaseUntil <= now) as Nak would with
+// the task's backoff and reason "ack wait expired". It refuses a lease that has not ended yet.
+func LeaseExpired(t Task, now int64) (Task, error) {
+	if t.Status != StatusRunning {
+		return t, refuse("lease expiry", t)
+	}
+	if t.LeaseUntil > now {
+		return t, fmt.Errorf("%w: lease expiry of task %q attempt %d: lease runs until %d, now is %d",
+			ErrTransition, t.ID, t.Attempt, t.LeaseUntil, now)
+	}
+	return retry(t, now, -1, reasonExpired), nil
+}
+
+// Cancel drops a task that has not started: WAITING → CANCELLED, FinishedAt = now.
+func Cancel(t Task, now int64) (Task, error) {
+	if t.Status != StatusWaiting {
+		return t, refuse("cancel", t)
+	}
+	t.Status = StatusCancelled
+	t.FinishedAt = now
+	t.UpdatedAt = now
+	return t, nil
+}
+
+// Requeue gives a DEAD task a new life: WAITING at due with Attempt = 0 and FinishedAt = 0;
+// LastError is kept for the record.
+func Requeue(t Task, now, due int64) (Task, error) {
+	if t.Status != StatusDead {
+		return t, refuse("requeue", t)
+	}
+	t = endLease(t, now)
+	t.Status = StatusWaiting
+	t.DueAt = due
+	t.Attempt = 0
+	t.FinishedAt = 0
+	return t, nil
+}
+
+// Reschedule moves a WAITING task to a new due time.
+func Reschedule(t Task, now, due int64) (Task, error) {
+	if t.Status != StatusWaiting {
+		return t, refuse("reschedule", t)
+	}
+	t.DueAt = due
+	t.UpdatedAt = now
+	return t, nil
+}
+
+// retry ends the current attempt of a RUNNING task: WAITING after the delay (the backoff when
+// negative), or DEAD when no attempt is left.
+func retry(t Task, now int64, delay time.Duration, reason string) Task {
+	t = endLease(t, now)
+	t.LastError = reason
+	if t.Attempt >= t.MaxRetry+1 {
+		t.Status = StatusDead
+		t.FinishedAt = now
+		return t
+	}
+	if delay < 0 {
+		delay = backoff(t.Backoff, t.Attempt)
+	}
+	t.Status = StatusWaiting
+	t.DueAt = addDuration(now, delay)
+	return t
+}
+
+// backoff is the wait before retry n (after attempt n failed): Backoff[n-1], the last entry
+// repeating; 0 without a list.
+func backoff(list []time.Duration, n int) time.Duration {
+	if len(list) == 0 {
+		return 0
+	}
+	return list[min(max(n, 1), len(list))-1]
+}
+
+// endLease clears the lease and owner and stamps the update.
+func endLease(t Task, now int64) Task {
+	t.LeaseUntil = 0
+	t.Owner = ""
+	t.UpdatedAt = now
+	return t
+}
+
+// checkAttempt admits a report on the current attempt of a RUNNING task. A report on another
+// attempt is stale while the task runs; otherwise it is stale if it is older than the current
+// attempt and an illegal transition if not.
+func checkAttempt(op string, t Task, attempt int) error {
+	if t.Status == StatusRunning && attempt == t.Attempt {
+		return nil
+	}
+	if t.Status == StatusRunning || attempt < t.Attempt {
+		return fmt.Errorf("%w: %s of task %q attempt %d: the task is %s at attempt %d",
+			ErrStaleAttempt, op, t.ID, attempt, t.Status, t.Attempt)
+	}
+	return fmt.Errorf("%w: %s of task %q attempt %d: the task is %s",
+		ErrTransition, op, t.ID, attempt, t.Status)
+}
+
+func refuse(op string, t Task) error {
+	return fmt.Errorf("%w: %s of task %q: the task is %s", ErrTransition, op, t.ID, t.Status)
+}
+
+// addDuration returns now plus d in milliseconds, rounding a partial millisecond up and saturating
+// instead of overflowing.
+func addDuration(now int64, d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	switch {
+	case ms > 0 && now > math.MaxInt64-ms:
+		return math.MaxInt64
+	case ms < 0 && now < math.MinInt64-ms:
+		return math.MinInt64
+	}
+	return now + ms
+}
