@@ -1,0 +1,115 @@
+package bridge
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Bridge. Zero values take the documented defaults.
+type Config struct {
+	// Stream is the JetStream stream that captures ax.schedule.> (default "AX_SCHEDULE"),
+	// Consumer the durable pull consumer shared by all replicas (default "axbridge").
+	Stream   string
+	Consumer string
+	// StreamReplicas is the intake stream's replica count (default 1; 3 on a cluster).
+	StreamReplicas int
+	// ReplicaID names this bridge process in ack subjects and task records (default: random).
+	ReplicaID string
+
+	// Task defaults, used when a schedule message does not say.
+	MaxAttempts int             // default 4 (Ax-Max-Retry 3); 1 means no retries
+	AckWait     time.Duration   // default 30s
+	Backoff     []time.Duration // default 10s, 30s, 60s
+
+	// PastTolerance: due times further in the past than this are rejected (default 1h);
+	// closer ones fire at once.
+	PastTolerance time.Duration
+	// MaxHorizon: due times further in the future than this are rejected (default 400 days).
+	MaxHorizon time.Duration
+	// MaxPayload caps payload plus caller headers of one task (default 960 KiB, under NATS's
+	// default 1 MiB message limit with room for the record's metadata).
+	MaxPayload int
+	// Retention: how long finished records stay readable before deletion (default 24h).
+	Retention time.Duration
+	// PreRead: tasks due within this window keep their payload in memory so that firing them
+	// needs no read (default 2s). Tasks further out are indexed without payload.
+	PreRead time.Duration
+
+	// Workers run claims, fires, lease checks and retention deletes (default 64);
+	// AckWorkers apply consumer acks (default 64). Both pipeline store round trips.
+	Workers    int
+	AckWorkers int
+
+	// Registerer receives the bridge's Prometheus metrics (default: none are exported).
+	Registerer prometheus.Registerer
+
+	// Logger receives structured logs (default: discard).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now). It must return readings with a monotonic component.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.Stream = cmp.Or(c.Stream, "AX_SCHEDULE")
+	c.Consumer = cmp.Or(c.Consumer, "axbridge")
+	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
+	if c.ReplicaID == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.ReplicaID = "r" + hex.EncodeToString(b[:])
+	}
+	if c.Backoff == nil {
+		c.Backoff = []time.Duration{10 * time.Second, 30 * time.Second, 60 * time.Second}
+	}
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 4)
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.PastTolerance = cmp.Or(c.PastTolerance, time.Hour)
+	c.MaxHorizon = cmp.Or(c.MaxHorizon, 400*24*time.Hour)
+	c.MaxPayload = cmp.Or(c.MaxPayload, 960<<10)
+	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
+	c.PreRead = cmp.Or(c.PreRead, 2*time.Second)
+	c.Workers = cmp.Or(c.Workers, 64)
+	c.AckWorkers = cmp.Or(c.AckWorkers, 64)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// validate reports every invalid setting.
+func (c Config) validate() error {
+	var errs []error
+	if !validBizType(c.ReplicaID) {
+		errs = append(errs, fmt.Errorf("replica id %q: want 1-64 characters of [A-Za-z0-9_-]", c.ReplicaID))
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > maxMaxRetry+1 {
+		errs = append(errs, fmt.Errorf("max attempts %d: want 1-%d", c.MaxAttempts, maxMaxRetry+1))
+	}
+	if err := checkAckWait(c.AckWait); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkBackoff(c.Backoff); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Retention < time.Second {
+		errs = append(errs, fmt.Errorf("retention %v: want at least 1s", c.Retention))
+	}
+	if c.PreRead < 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
+		errs = append(errs, errors.New("pre-read, workers, payload limit, tolerance and horizon must be positive"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bridge config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package bridge
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
+	"github.com/axbridge/axbridge/timingwheel"
+)
+
+// jobKind says what a worker does with a task whose wheel entry came due.
+type jobKind uint8
+
+const (
+	jobFire    jobKind = iota + 1 // WAITING and due: claim, then publish to ax.fire.<bizType>
+	jobPreRead                    // WAITING and due soon: read the payload ahead of time
+	jobLease                      // RUNNING and the lease ended: count the attempt as failed
+	jobRetain                     // finished and retention ended: delete the record
+)
+
+// slot is what the wheel holds per task: one entry per task id, whatever its state.
+type slot struct {
+	rev  uint64
+	kind jobKind
+}
+
+// job is one unit of work for a worker. entry is set when the loop holds the record's payload.
+type job struct {
+	kind  jobKind
+	id    string
+	rev   uint64
+	entry *kvstore.Entry
+}
+
+// result is a worker's report to the loop: put the task back in the wheel (retry a failed store
+// call later, or a wall clock that is behind the monotonic one), or hand over a pre-read record.
+type result struct {
+	id    string
+	rev   uint64
+	kind  jobKind
+	at    int64          // UTC Unix ms at which to try again
+	entry *kvstore.Entry // pre-read record, for jobPreRead
+}
+
+// loopState is owned by the loop goroutine alone.
+type loopState struct {
+	b      *Bridge
+	origin time.Time // monotonic origin: wall ms map onto the monotonic clock through it
+	wheel  *timingwheel.Wheel[slot]
+	near   map[string]*kvstore.Entry // records with payload, for tasks due within PreRead
+	queue  []job                     // jobs the workers have not taken yet
+}
+
+// loop is the scheduling loop: it owns the wheel, the pre-read cache and one timer armed to the
+// wheel's next deadline. It reads watch events and worker results, and hands due work to workers.
+// It closes b.jobs and b.loopEnd when it returns.
+func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
+	defer close(b.loopEnd)
+	defer close(b.jobs)
+	origin := b.cfg.Now()
+	l := &loopState{
+		b:      b,
+		origin: origin,
+		wheel:  timingwheel.New[slot](origin, timingwheel.Options{}),
+		near:   make(map[string]*kvstore.Entry),
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	armed := time.Time{}
+	events := w.Events()
+	initDone := false
+	for {
+		var out chan<- job
+		var next job
+		if len(l.queue) > 0 {
+			out, next = b.jobs, l.queue[0]
+		}
+		select {
+		case <-ctx.Done():
+			_ = w.Stop()
+			return
+		case ev, ok := <-events:
+			if !ok {
+				if ctx.Err() != nil {
+					return
+				}
+				b.log.Warn("task watch ended; watching again")
+				nw, err := b.store.Watch(ctx)
+				if err != nil {
+					b.log.Error("watch tasks", "err", err)
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(time.Second):
+					}
+					continue
+				}
+				w, events = nw, nw.Events()
+				continue
+			}
+			if ev.Kind == kvstore.EventInitDone && !initDone {
+				initDone = true
+				b.log.Info("tasks recovered from the bucket", "pending", l.wheel.Len())
+				close(b.ready)
+			}
+			l.apply(ev)
+		case r := <-b.results:
+			l.result(r)
+		case <-timer.C:
+			armed = time.Time{}
+		case out <- next:
+			l.queue[0] = job{}
+			l.queue = l.queue[1:]
+		}
+		now := b.cfg.Now()
+		l.wheel.Advance(now, l.due)
+		if at, ok := l.wheel.Next(); ok && (armed.IsZero() || at.Before(armed)) {
+			timer.Reset(at.Sub(now))
+			armed = at
+		}
+		b.m.pending.Set(float64(l.wheel.Len()))
+	}
+}
+
+// mono maps a UTC Unix ms instant onto the monotonic clock.
+func (l *loopState) mono(ms int64) time.Time {
+	return l.origin.Add(time.Duration(ms*int64(time.Millisecond) - l.origin.UnixNano()))
+}
+
+func (l *loopState) nowMs() int64 { return l.b.cfg.Now().UnixMilli() }
+
+// apply indexes one watch event: every record has exactly one wheel entry, at the time its next
+// step is due (fire, pre-read, lease end or retention end).
+func (l *loopState) apply(ev kvstore.Event) {
+	switch ev.Kind {
+	case kvstore.EventPut:
+		e := ev.Entry
+		id := e.Task.ID
+		if _, cur, ok := l.wheel.Get(id); ok && cur.rev > e.Revision {
+			return // an older revision than the one indexed
+		}
+		delete(l.near, id)
+		t := &e.Task
+		switch {
+		case t.Status == kvstore.StatusWaiting:
+			if t.DueAt-l.nowMs() <= l.b.cfg.PreRead.Milliseconds() {
+				l.near[id] = &e
+				l.wheel.Add(id, l.mono(t.DueAt), slot{rev: e.Revision, kind: jobFire})
+			} else {
+				l.wheel.Add(id, l.mono(t.DueAt-l.b.cfg.PreRead.Milliseconds()), slot{rev: e.Revision, kind: jobPreRead})
+			}
+		case t.Status == kvstore.StatusRunning:
+			l.wheel.Add(id, l.mono(t.LeaseUntil), slot{rev: e.Revision, kind: jobLease})
+		case t.Status.Final():
+			l.wheel.Add(id, l.mono(cmp.Or(t.FinishedAt, t.UpdatedAt)+l.b.cfg.Retention.Milliseconds()), slot{rev: e.Revision, kind: jobRetain})
+		}
+	case kvstore.EventDelete:
+		l.wheel.Remove(ev.ID)
+		delete(l.near, ev.ID)
+	case kvstore.EventError:
+		l.b.m.corrupt.Inc()
+		l.b.log.Error("unreadable task record; left alone", "task_id", ev.ID, "revision", ev.Revision, "err", ev.Err)
+	}
+}
+
+// due is called by the wheel for each entry whose time has come.
+func (l *loopState) due(id string, at time.Time, s slot) {
+	j := job{kind: s.kind, id: id, rev: s.rev}
+	switch s.kind {
+	case jobFire:
+		if e, ok := l.near[id]; ok {
+			delete(l.near, id)
+			if e.Revision == s.rev {
+				j.entry = e
+			}
+		}
+	case jobPreRead:
+		// Index the fire itself now; the read result, if it comes in time, only adds the payload.
+		if e, ok := l.near[id]; ok && e.Revision == s.rev {
+			j.kind = jobFire
+			j.entry = e
+			delete(l.near, id)
+		} else {
+			l.wheel.Add(id, at.Add(l.b.cfg.PreRead), slot{rev: s.rev, kind: jobFire})
+		}
+	}
+	l.queue = append(l.queue, j)
+}
+
+// result takes a worker's report back into the wheel.
+func (l *loopState) result(r result) {
+	if r.entry != nil { // a pre-read record: keep it if the wheel still expects that revision
+		if _, cur, ok := l.wheel.Get(r.id); ok && cur.rev == r.entry.Revision && cur.kind == jobFire {
+			l.near[r.id] = r.entry
+		}
+		return
+	}
+	if _, cur, ok := l.wheel.Get(r.id); ok && cur.rev > r.rev {
+		return // a newer revision is indexed already
+	}
+	l.wheel.Add(r.id, l.mono(r.at), slot{rev: r.rev, kind: r.kind})
+}

@@ -1,0 +1,291 @@
+package bridge
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// Rejection codes (subjects.md, "Rejections").
+const (
+	CodeBadBizType        = "BAD_BIZ_TYPE"
+	CodeBadTaskID         = "BAD_TASK_ID"
+	CodeBadDelay          = "BAD_DELAY"
+	CodeBadDeliverAt      = "BAD_DELIVER_AT"
+	CodeDelayAndDeliverAt = "DELAY_AND_DELIVER_AT"
+	CodeDueInPast         = "DUE_IN_PAST"
+	CodeBeyondHorizon     = "BEYOND_HORIZON"
+	CodeBadMaxRetry       = "BAD_MAX_RETRY"
+	CodeBadAckWait        = "BAD_ACK_WAIT"
+	CodeBadBackoff        = "BAD_BACKOFF"
+	CodePayloadTooLarge   = "PAYLOAD_TOO_LARGE"
+	CodeDuplicateConflict = "DUPLICATE_CONFLICT"
+)
+
+// Limits on per-task policy (subjects.md, "Scheduling").
+const (
+	maxMaxRetry     = 100
+	minAckWait      = time.Second
+	maxAckWait      = 12 * time.Hour
+	maxBackoffLen   = 50
+	maxBackoffEntry = 30 * 24 * time.Hour
+)
+
+// rejection is why a schedule message was refused.
+type rejection struct {
+	code   string
+	reason string
+}
+
+func (r *rejection) Error() string { return r.code + ": " + r.reason }
+
+func reject(code, format string, args ...any) *rejection {
+	return &rejection{code: code, reason: fmt.Sprintf(format, args...)}
+}
+
+// scheduleMsg is one intake message, as the stream accepted it.
+type scheduleMsg struct {
+	subject  string
+	header   nats.Header
+	payload  []byte
+	accepted time.Time // the stream's timestamp: Ax-Delay counts from here
+	seq      uint64    // the stream sequence: generated task ids derive from it
+}
+
+// parseSchedule validates one schedule message and builds its WAITING task record.
+// It reads no clock: "now" for a new task is when the stream accepted the message.
+func (c *Config) parseSchedule(m scheduleMsg) (kvstore.Task, *rejection) {
+	biz, ok := cutSchedule(m.subject)
+	if !ok {
+		return kvstore.Task{}, reject(CodeBadBizType,
+			"subject %q: the bizType must be one token of 1-64 characters from [A-Za-z0-9_-] after %q", m.subject, SchedulePrefix)
+	}
+	id := m.header.Get(HeaderTaskID)
+	if _, given := m.header[HeaderTaskID]; given {
+		if err := kvstore.ValidateID(id); err != nil {
+			return kvstore.Task{}, reject(CodeBadTaskID, "%s: %s", HeaderTaskID, strings.TrimPrefix(err.Error(), "kvstore: "))
+		}
+	} else {
+		id = generatedID(m.accepted, m.seq)
+	}
+
+	due, rej := c.parseDue(m.header, m.accepted)
+	if rej != nil {
+		return kvstore.Task{}, rej
+	}
+	t := kvstore.Task{
+		ID:       id,
+		BizType:  biz,
+		Payload:  m.payload,
+		Status:   kvstore.StatusWaiting,
+		DueAt:    due,
+		MaxRetry: c.MaxAttempts - 1,
+		AckWait:  c.AckWait,
+		Backoff:  c.Backoff,
+	}
+	if v, given := headerValue(m.header, HeaderMaxRetry); given {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > maxMaxRetry {
+			return kvstore.Task{}, reject(CodeBadMaxRetry, "%s %q: want an integer from 0 to %d", HeaderMaxRetry, v, maxMaxRetry)
+		}
+		t.MaxRetry = n
+	}
+	if v, given := headerValue(m.header, HeaderAckWait); given {
+		d, err := parseDuration(v)
+		if err == nil {
+			err = checkAckWait(d)
+		}
+		if err != nil {
+			return kvstore.Task{}, reject(CodeBadAckWait, "%s %q: %v", HeaderAckWait, v, err)
+		}
+		t.AckWait = d
+	}
+	if v, given := headerValue(m.header, HeaderBackoff); given {
+		b, err := parseBackoff(v)
+		if err != nil {
+			return kvstore.Task{}, reject(CodeBadBackoff, "%s %q: %v", HeaderBackoff, v, err)
+		}
+		t.Backoff = b
+	}
+
+	size := len(m.payload)
+	for k, vs := range m.header {
+		if isControlHeader(k) {
+			continue
+		}
+		if t.Header == nil {
+			t.Header = make(map[string][]string, len(m.header))
+		}
+		t.Header[k] = vs
+		for _, v := range vs {
+			size += len(k) + len(v)
+		}
+	}
+	if size > c.MaxPayload {
+		return kvstore.Task{}, reject(CodePayloadTooLarge, "payload and headers are %d bytes; the limit is %d", size, c.MaxPayload)
+	}
+	acceptedMs := m.accepted.UnixMilli()
+	t.CreatedAt, t.UpdatedAt = acceptedMs, acceptedMs
+	return t, nil
+}
+
+// parseDue returns the due time in UTC Unix ms, rounded up so a task never fires early.
+func (c *Config) parseDue(h nats.Header, accepted time.Time) (int64, *rejection) {
+	delay, hasDelay := headerValue(h, HeaderDelay)
+	at, hasAt := headerValue(h, HeaderDeliverAt)
+	var dueNs int64
+	switch {
+	case hasDelay && hasAt:
+		return 0, reject(CodeDelayAndDeliverAt, "give either %s or %s, not both", HeaderDelay, HeaderDeliverAt)
+	case hasDelay:
+		d, err := parseDuration(delay)
+		if err != nil {
+			return 0, reject(CodeBadDelay, "%s %q: %v", HeaderDelay, delay, err)
+		}
+		if d < 0 {
+			return 0, reject(CodeBadDelay, "%s %q: negative", HeaderDelay, delay)
+		}
+		if d > c.MaxHorizon {
+			return 0, reject(CodeBeyondHorizon, "%s %q is beyond the maximum horizon of %v", HeaderDelay, delay, c.MaxHorizon)
+		}
+		dueNs = accepted.UnixNano() + int64(d)
+	case hasAt:
+		t, err := parseTime(at)
+		if err != nil {
+			return 0, reject(CodeBadDeliverAt, "%s %q: %v", HeaderDeliverAt, at, err)
+		}
+		if t.Before(accepted.Add(-c.PastTolerance)) {
+			return 0, reject(CodeDueInPast, "%s %q is more than %v in the past", HeaderDeliverAt, at, c.PastTolerance)
+		}
+		if t.After(accepted.Add(c.MaxHorizon)) {
+			return 0, reject(CodeBeyondHorizon, "%s %q is beyond the maximum horizon of %v", HeaderDeliverAt, at, c.MaxHorizon)
+		}
+		dueNs = t.UnixNano()
+	default:
+		dueNs = accepted.UnixNano()
+	}
+	ms := dueNs / 1e6
+	if dueNs%1e6 > 0 {
+		ms++
+	}
+	return ms, nil
+}
+
+// headerValue returns the first value of a header the caller set, even an empty one.
+func headerValue(h nats.Header, k string) (string, bool) {
+	vs, ok := h[k]
+	if !ok || len(vs) == 0 {
+		return "", ok
+	}
+	return vs[0], true
+}
+
+// parseDuration accepts a Go duration ("1500ms", "30m") or an integer number of milliseconds.
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("empty")
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n > math.MaxInt64/int64(time.Millisecond) || n < math.MinInt64/int64(time.Millisecond) {
+			return 0, fmt.Errorf("%d ms overflows", n)
+		}
+		return time.Duration(n) * time.Millisecond, nil
+	} else if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+		return 0, fmt.Errorf("overflows")
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration like 1500ms or 30m, or whole milliseconds")
+	}
+	return d, nil
+}
+
+// parseTime accepts RFC 3339 (fractional seconds allowed) or integer Unix milliseconds.
+func parseTime(s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 || n > math.MaxInt64/int64(time.Millisecond) {
+			return time.Time{}, fmt.Errorf("unix milliseconds out of range")
+		}
+		return time.UnixMilli(n), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("want RFC 3339 like 2026-12-01T08:00:00Z, or Unix milliseconds")
+	}
+	return t, nil
+}
+
+func checkAckWait(d time.Duration) error {
+	if d < minAckWait || d > maxAckWait {
+		return fmt.Errorf("ack wait %v: want %v to %v", d, minAckWait, maxAckWait)
+	}
+	return nil
+}
+
+func checkBackoff(b []time.Duration) error {
+	if len(b) == 0 || len(b) > maxBackoffLen {
+		return fmt.Errorf("backoff: want 1 to %d entries, got %d", maxBackoffLen, len(b))
+	}
+	for i, d := range b {
+		if d < 0 || d > maxBackoffEntry {
+			return fmt.Errorf("backoff entry %d (%v): want 0 to %v", i+1, d, maxBackoffEntry)
+		}
+	}
+	return nil
+}
+
+func parseBackoff(s string) ([]time.Duration, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) > maxBackoffLen {
+		return nil, fmt.Errorf("%d entries; at most %d", len(parts), maxBackoffLen)
+	}
+	b := make([]time.Duration, 0, len(parts))
+	for i, p := range parts {
+		d, err := parseDuration(p)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %v", i+1, err)
+		}
+		b = append(b, d)
+	}
+	if err := checkBackoff(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// generatedID is the task id of a message without Ax-Task-Id: a UUIDv7 whose time is the stream's
+// timestamp and whose "random" bits are the stream sequence, so a redelivered message (after a
+// crash between storing the task and acking the message) maps to the same task, not a second one.
+func generatedID(accepted time.Time, seq uint64) string {
+	var u uuid.UUID
+	ms := uint64(accepted.UnixMilli())
+	for i := 0; i < 6; i++ {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6] = 0x70 // version 7, rand_a = 0
+	u[8] = 0x80 | byte(seq>>56)&0x3f
+	for i := 9; i < 16; i++ {
+		u[i] = byte(seq >> (8 * (15 - i)))
+	}
+	return u.String()
+}
+
+// sameContent reports whether a repeated schedule carries the same task as the stored one
+// (subjects.md, "Task ids and duplicates"): the due time is not compared.
+func sameContent(a, b *kvstore.Task) bool {
+	return a.BizType == b.BizType && bytes.Equal(a.Payload, b.Payload) &&
+		a.MaxRetry == b.MaxRetry && a.AckWait == b.AckWait && slices.Equal(a.Backoff, b.Backoff) &&
+		maps.EqualFunc(a.Header, b.Header, slices.Equal)
+}

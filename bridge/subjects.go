@@ -1,0 +1,89 @@
+package bridge
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Subjects and headers of the wire protocol. subjects.md is the normative spec; subjects_test.go
+// checks that every constant here appears there.
+const (
+	SchedulePrefix  = "ax.schedule."
+	FirePrefix      = "ax.fire."
+	AckPrefix       = "ax.ack."
+	RejectedPrefix  = "ax.rejected."
+	DuplicatePrefix = "ax.duplicate."
+	DeadPrefix      = "ax.dead."
+	// InvalidBizType is the token used on ax.rejected.* when the bizType itself is invalid.
+	InvalidBizType = "_invalid"
+
+	HeaderTaskID    = "Ax-Task-Id"
+	HeaderDelay     = "Ax-Delay"
+	HeaderDeliverAt = "Ax-Deliver-At"
+	HeaderMaxRetry  = "Ax-Max-Retry"
+	HeaderAckWait   = "Ax-Ack-Wait"
+	HeaderBackoff   = "Ax-Backoff"
+	HeaderBizType   = "Ax-Biz-Type"
+	HeaderAttempt   = "Ax-Attempt"
+	HeaderDueAt     = "Ax-Due-At"
+	HeaderErrorCode = "Ax-Error-Code"
+	HeaderError     = "Ax-Error"
+	HeaderSubject   = "Ax-Subject"
+	HeaderStatus    = "Ax-Status"
+
+	// DueAtLayout is the format of Ax-Due-At: RFC 3339, UTC, milliseconds.
+	DueAtLayout = "2006-01-02T15:04:05.000Z07:00"
+)
+
+// controlHeaders are consumed by the bridge and not passed through as the caller's own.
+var controlHeaders = [...]string{HeaderTaskID, HeaderDelay, HeaderDeliverAt, HeaderMaxRetry, HeaderAckWait, HeaderBackoff}
+
+func isControlHeader(k string) bool {
+	for _, h := range controlHeaders {
+		if k == h {
+			return true
+		}
+	}
+	return false
+}
+
+// validBizType reports whether s is one subject token of 1–64 characters from [A-Za-z0-9_-].
+func validBizType(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ackSubject is the reply subject of one fire: ax.ack.<replica>.<attempt>.<taskId>.
+// The task id may contain dots; it is always the rest of the subject.
+func ackSubject(replica string, attempt int, id string) string {
+	return AckPrefix + replica + "." + strconv.Itoa(attempt) + "." + id
+}
+
+// parseAckSubject is the inverse of ackSubject.
+func parseAckSubject(subj string) (replica string, attempt int, id string, ok bool) {
+	rest, found := strings.CutPrefix(subj, AckPrefix)
+	if !found {
+		return "", 0, "", false
+	}
+	replica, rest, found = strings.Cut(rest, ".")
+	if !found {
+		return "", 0, "", false
+	}
+	a, id, found := strings.Cut(rest, ".")
+	if !found || id == "" {
+		return "", 0, "", false
+	}
+	attempt, err := strconv.Atoi(a)
+	if err != nil || attempt < 1 {
+		return "", 0, "", false
+	}
+	return replica, attempt, id, true
+}

@@ -1,0 +1,178 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// retryStoreAfter is how long a task waits after a failed store call before the loop tries again.
+const retryStoreAfter = time.Second
+
+// worker runs jobs from the loop until the loop closes the job channel.
+func (b *Bridge) worker(ctx context.Context) {
+	defer b.workers.Done()
+	for j := range b.jobs {
+		switch j.kind {
+		case jobFire:
+			b.fire(ctx, j)
+		case jobPreRead:
+			b.preRead(ctx, j)
+		case jobLease:
+			b.leaseEnded(ctx, j)
+		case jobRetain:
+			b.retire(ctx, j)
+		}
+	}
+}
+
+// report hands a result to the loop, unless the loop is gone (then the store still holds the
+// truth and the next start recovers it).
+func (b *Bridge) report(r result) {
+	select {
+	case b.results <- r:
+	case <-b.loopEnd:
+	}
+}
+
+func (b *Bridge) retryLater(j job, reason string, err error) {
+	b.log.Warn("task step failed; will retry", "task_id", j.id, "step", reason, "err", err)
+	b.report(result{id: j.id, rev: j.rev, kind: j.kind, at: b.cfg.Now().Add(retryStoreAfter).UnixMilli()})
+}
+
+// load returns the job's record: the pre-read one, or a fresh read.
+func (b *Bridge) load(ctx context.Context, j job) (kvstore.Entry, bool) {
+	if j.entry != nil {
+		return *j.entry, true
+	}
+	e, err := b.store.Get(ctx, j.id)
+	switch {
+	case errors.Is(err, kvstore.ErrNotFound):
+		return e, false
+	case err != nil:
+		b.retryLater(j, "read", err)
+		return e, false
+	}
+	return e, true
+}
+
+func (b *Bridge) preRead(ctx context.Context, j job) {
+	e, err := b.store.Get(ctx, j.id)
+	if err == nil && e.Task.Status == kvstore.StatusWaiting {
+		b.report(result{id: j.id, entry: &e})
+	}
+}
+
+// fire claims a due task by CAS and publishes it to ax.fire.<bizType>.
+func (b *Bridge) fire(ctx context.Context, j job) {
+	e, ok := b.load(ctx, j)
+	if !ok {
+		return
+	}
+	t := &e.Task
+	if t.Status != kvstore.StatusWaiting {
+		return // the watch brings the record's real state to the loop
+	}
+	now := b.cfg.Now()
+	nowMs := now.UnixMilli()
+	if t.DueAt > nowMs {
+		// Never early: the wall clock disagrees with the monotonic one, or the record changed.
+		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: t.DueAt})
+		return
+	}
+	claimed, err := kvstore.Claim(*t, nowMs, b.cfg.ReplicaID)
+	if err != nil {
+		return
+	}
+	if _, err := b.store.Update(ctx, &claimed, e.Revision); err != nil {
+		if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
+			b.retryLater(job{kind: jobFire, id: j.id, rev: e.Revision}, "claim", err)
+		}
+		return // another replica or an API call got there first
+	}
+	msg := &nats.Msg{
+		Subject: FirePrefix + claimed.BizType,
+		Reply:   ackSubject(b.cfg.ReplicaID, claimed.Attempt, claimed.ID),
+		Data:    claimed.Payload,
+		Header:  fireHeader(&claimed),
+	}
+	if err := b.nc.PublishMsg(msg); err != nil {
+		// The lease runs out and the attempt counts as failed: at-least-once holds.
+		b.log.Warn("publish fire", "task_id", claimed.ID, "err", err)
+		return
+	}
+	late := now.Sub(time.UnixMilli(t.DueAt))
+	b.m.fired.WithLabelValues(claimed.BizType).Inc()
+	b.m.lateness.WithLabelValues(claimed.BizType).Observe(late.Seconds())
+}
+
+// fireHeader is the caller's headers plus the bridge's own (subjects.md, "Firing").
+func fireHeader(t *kvstore.Task) nats.Header {
+	h := make(nats.Header, len(t.Header)+4)
+	maps.Copy(h, t.Header)
+	h[HeaderTaskID] = []string{t.ID}
+	h[HeaderBizType] = []string{t.BizType}
+	h[HeaderAttempt] = []string{strconv.Itoa(t.Attempt)}
+	h[HeaderDueAt] = []string{time.UnixMilli(t.DueAt).UTC().Format(DueAtLayout)}
+	return h
+}
+
+// leaseEnded counts a RUNNING task whose lease ran out as a failed attempt.
+func (b *Bridge) leaseEnded(ctx context.Context, j job) {
+	e, ok := b.load(ctx, j)
+	if !ok || e.Task.Status != kvstore.StatusRunning {
+		return
+	}
+	nowMs := b.cfg.Now().UnixMilli()
+	if e.Task.LeaseUntil > nowMs {
+		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: e.Task.LeaseUntil})
+		return
+	}
+	next, err := kvstore.LeaseExpired(e.Task, nowMs)
+	if err != nil {
+		return
+	}
+	b.m.leaseExpired.WithLabelValues(e.Task.BizType).Inc()
+	b.commit(ctx, j, e, &next)
+}
+
+// commit writes a transition computed from e; a lost race is fine (the watch brings the winner).
+func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvstore.Task) bool {
+	if _, err := b.store.Update(ctx, next, e.Revision); err != nil {
+		if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
+			b.retryLater(job{kind: j.kind, id: j.id, rev: e.Revision}, "update", err)
+		}
+		return false
+	}
+	if next.Status == kvstore.StatusDead {
+		b.dead(next)
+	}
+	return true
+}
+
+// retire deletes a finished record once its retention has passed.
+func (b *Bridge) retire(ctx context.Context, j job) {
+	err := b.store.Delete(ctx, j.id, j.rev)
+	if err != nil && !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
+		b.retryLater(j, "delete", err)
+	}
+}
+
+// dead publishes the event for a task that went DEAD: its payload and headers, for a
+// dead-letter handler.
+func (b *Bridge) dead(t *kvstore.Task) {
+	h := fireHeader(t)
+	delete(h, HeaderDueAt)
+	h[HeaderError] = []string{t.LastError}
+	if err := b.nc.PublishMsg(&nats.Msg{Subject: DeadPrefix + t.BizType, Data: t.Payload, Header: h}); err != nil {
+		b.log.Warn("publish dead event", "task_id", t.ID, "err", err)
+	}
+	b.m.dead.WithLabelValues(t.BizType).Inc()
+	b.log.Info("task dead", "task_id", t.ID, "biz_type", t.BizType, "attempt", t.Attempt, "reason", t.LastError)
+}
