@@ -1,0 +1,81 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// options are the command line, after AX_* environment variables and flags are applied.
+type options struct {
+	natsURL, creds, nkey, user, password, tlsCA, tlsCert, tlsKey string
+
+	listen, dataDir string // embedded server (when natsURL is empty)
+
+	bucket, stream, consumer, replicaID string
+	replicas, partitions                int
+	maxRetry                            int
+	ackWait, retention                  time.Duration
+	pastTolerance, maxHorizon           time.Duration
+	backoff                             string
+
+	metricsAddr         string
+	logFormat, logLevel string
+	stopTimeout         time.Duration
+}
+
+// parseFlags reads flags, with AX_<FLAG_NAME> environment variables as defaults.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("axbridge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.natsURL, "nats-url", "", "NATS server URL(s), comma-separated; empty starts an embedded server")
+	fs.StringVar(&o.creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&o.nkey, "nkey", "", "NATS NKey seed file")
+	fs.StringVar(&o.user, "user", "", "NATS user name (or token when no password is given)")
+	fs.StringVar(&o.password, "password", "", "NATS password")
+	fs.StringVar(&o.tlsCA, "tlsca", "", "TLS CA certificate file")
+	fs.StringVar(&o.tlsCert, "tlscert", "", "TLS client certificate file")
+	fs.StringVar(&o.tlsKey, "tlskey", "", "TLS client key file")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:4222", "embedded NATS server: client listen address")
+	fs.StringVar(&o.dataDir, "data-dir", "data", "embedded NATS server: JetStream store directory")
+	fs.StringVar(&o.bucket, "bucket", "AX_TASKS", "KV bucket for task records")
+	fs.StringVar(&o.stream, "stream", "AX_SCHEDULE", "stream that captures ax.schedule.>")
+	fs.StringVar(&o.consumer, "consumer", "axbridge", "durable consumer shared by bridge replicas (also the ack queue group)")
+	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in ack subjects and records (default: random)")
+	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the bucket and stream (3 on a cluster)")
+	fs.IntVar(&o.partitions, "partitions", 16, "partitions of a new bucket (fixed once the bucket exists)")
+	fs.IntVar(&o.maxRetry, "max-retry", 3, "default retries after the first attempt (Ax-Max-Retry)")
+	fs.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "default time an attempt may run before it counts as failed (Ax-Ack-Wait)")
+	fs.StringVar(&o.backoff, "backoff", "10s,30s,60s", "default waits before retry 1, 2, ...; the last repeats (Ax-Backoff)")
+	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long finished records stay readable")
+	fs.DurationVar(&o.pastTolerance, "past-tolerance", time.Hour, "due times further in the past are rejected; closer ones fire at once")
+	fs.DurationVar(&o.maxHorizon, "max-horizon", 400*24*time.Hour, "due times further in the future are rejected")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on http://<addr>/metrics; empty disables")
+	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (colour on a terminal, JSON otherwise), text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long a graceful stop may take")
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "AX_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", env, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return o, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return o, nil
+}

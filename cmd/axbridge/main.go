@@ -1,0 +1,29 @@
+// Command axbridge runs the ax bridge: a delayed-task service for NATS JetStream.
+//
+// With no flags it starts an embedded NATS server with JetStream (client port 127.0.0.1:4222,
+// store under ./data) and the bridge on it, so the nats CLI works at once:
+//
+//	go run ./cmd/axbridge
+//	nats pub ax.schedule.orders '{"id":42}' -H Ax-Delay:5s -H Ax-Task-Id:order-42
+//	nats reply ax.fire.orders +ACK
+//
+// With --nats-url (or AX_NATS_URL) it uses an existing server or cluster instead. Every flag can
+// also be set through an AX_* environment variable: --ack-wait is AX_ACK_WAIT. Run with -h for all.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "axbridge:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// run starts everything, waits for ctx to end, then stops gracefully.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(o.logFormat, o.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	backoff, err := parseBackoffFlag(o.backoff)
+	if err != nil {
+		return err
+	}
+
+	var ns *server.Server
+	if o.natsURL == "" {
+		if ns, err = startEmbedded(o, log); err != nil {
+			return err
+		}
+		defer func() {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}()
+	}
+	nc, err := connect(o, ns, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas})
+	if err != nil {
+		return fmt.Errorf("open bucket %s: %w", o.bucket, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b, err := bridge.New(nc, store, bridge.Config{
+		Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: o.replicaID,
+		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
+		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon, Retention: o.retention,
+		Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := b.Start(ctx); err != nil {
+		return err
+	}
+	if o.metricsAddr != "" {
+		srv, err := serveMetrics(o.metricsAddr, reg, log)
+		if err != nil {
+			_ = b.Stop(context.Background())
+			return err
+		}
+		defer srv.Close()
+	}
+	log.Info("ready: schedule with `nats pub ax.schedule.<bizType> <payload> -H Ax-Delay:5s`, consume on ax.fire.<bizType>",
+		"bucket", o.bucket, "stream", o.stream, "replica", b.ReplicaID())
+
+	<-ctx.Done()
+	log.Info("stopping", "timeout", o.stopTimeout)
+	stopCtx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
+	defer cancel()
+	return b.Stop(stopCtx)
+}
+
+// startEmbedded runs a nats-server with JetStream in this process.
+func startEmbedded(o options, log *slog.Logger) (*server.Server, error) {
+	host, portStr, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: %w", o.listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: bad port", o.listen)
+	}
+	dir, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "axbridge-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded NATS server did not start on %s (is the port in use? use --listen or --nats-url)", o.listen)
+	}
+	log.Info("embedded NATS server running", "url", ns.ClientURL(), "store", dir)
+	return ns, nil
+}
+
+func connect(o options, ns *server.Server, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name("axbridge"),
+		nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrl()) }),
+	}
+	url := o.natsURL
+	if ns != nil {
+		url = ns.ClientURL()
+		opts = append(opts, nats.InProcessServer(ns))
+	}
+	if o.creds != "" {
+		opts = append(opts, nats.UserCredentials(o.creds))
+	}
+	if o.nkey != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	switch {
+	case o.user != "" && o.password != "":
+		opts = append(opts, nats.UserInfo(o.user, o.password))
+	case o.user != "":
+		opts = append(opts, nats.Token(o.user))
+	}
+	if o.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(o.tlsCA))
+	}
+	if o.tlsCert != "" || o.tlsKey != "" {
+		opts = append(opts, nats.ClientCert(o.tlsCert, o.tlsKey))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	log.Info("connected to NATS", "url", nc.ConnectedUrl())
+	return nc, nil
+}
+
+func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return srv, nil
+}
+
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && isTerminal(f) {
+			format = "text"
+		}
+	}
+	switch format {
+	case "text":
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly})), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want auto, text or json", format)
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func parseBackoffFlag(s string) ([]time.Duration, error) {
+	var b []time.Duration
+	for _, p := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("--backoff %q: %w", s, err)
+		}
+		b = append(b, d)
+	}
+	return b, nil
+}
