@@ -1,0 +1,309 @@
+package kvstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults for Config.
+const (
+	DefaultBucket     = "AX_TASKS"
+	DefaultPartitions = 16
+	DefaultTimeout    = 5 * time.Second
+)
+
+// MetaPartitions is the bucket metadata key that records the partition count.
+const MetaPartitions = "ax.partitions"
+
+// maxPartitions bounds Config.Partitions: each watched partition is one consumer filter subject.
+const maxPartitions = 4096
+
+// ErrClosed: an async operation was started after Close.
+var ErrClosed = errors.New("kvstore: store closed")
+
+// Config configures a JetStore.
+type Config struct {
+	// Bucket is the KV bucket name (default "AX_TASKS").
+	Bucket string
+	// Partitions is the partition count (default 16). It is fixed when the bucket is created and
+	// recorded in the bucket metadata under MetaPartitions; opening an existing bucket with another
+	// count fails with an error wrapping ErrPartitions.
+	Partitions int
+	// Replicas is the bucket's replica count when it is created (default 1; use 3 on a cluster).
+	// An existing bucket keeps its own.
+	Replicas int
+	// Timeout bounds each operation whose context has no deadline (default 5s).
+	Timeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.Bucket = cmp.Or(c.Bucket, DefaultBucket)
+	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Partitions < 1 || c.Partitions > maxPartitions:
+		return fmt.Errorf("kvstore: partitions %d out of range 1..%d", c.Partitions, maxPartitions)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("kvstore: replicas %d out of range 1..5", c.Replicas)
+	case c.Timeout < 0:
+		return fmt.Errorf("kvstore: negative timeout %v", c.Timeout)
+	}
+	return nil
+}
+
+// JetStore is the Store on a JetStream KV bucket. It is safe for concurrent use.
+type JetStore struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	cfg    Config
+	prefix string // subject prefix of the bucket's keys: "$KV.<bucket>."
+
+	// Async completion (jetstore_async.go). mu guards the fields below it.
+	mu      sync.Mutex
+	queue   []*asyncOp // ops whose outcome is pending, FIFO; written by submit, read by waiters
+	waiters int        // running waiter goroutines, at most maxWaiters
+	closed  bool
+	ops     sync.WaitGroup // async ops started and not yet completed
+}
+
+// OpenJetStore opens the task bucket, creating it if absent, and checks that its partition count
+// is cfg.Partitions. It never changes an existing bucket's configuration.
+func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*JetStore, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := withTimeout(ctx, cfg.Timeout)
+	defer cancel()
+
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		// Create, not CreateOrUpdate: an update could clobber the metadata of a bucket another
+		// replica created a moment ago. Creating with an identical config is idempotent on the
+		// server; a different one (say another partition count) fails, and we open and check.
+		kv, err = js.CreateKeyValue(ctx, bucketConfig(cfg))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: open bucket %s: %w", cfg.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: bucket %s status: %w", cfg.Bucket, err)
+	}
+	meta := st.(*jetstream.KeyValueBucketStatus).Metadata()
+	n, err := strconv.Atoi(meta[MetaPartitions])
+	if err != nil {
+		return nil, fmt.Errorf("%w: bucket %s has no valid %q metadata (%q); it was not created by ax bridge",
+			ErrPartitions, cfg.Bucket, MetaPartitions, meta[MetaPartitions])
+	}
+	if n != cfg.Partitions {
+		return nil, fmt.Errorf("%w: bucket %s was created with %d partitions, configured %d",
+			ErrPartitions, cfg.Bucket, n, cfg.Partitions)
+	}
+	return &JetStore{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
+}
+
+// bucketConfig is the bucket a new JetStore creates; doc.go explains each setting.
+func bucketConfig(cfg Config) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket: cfg.Bucket,
+		Description: fmt.Sprintf("ax bridge delayed-task records: one key per task, p<partition>.<task id>, %d partitions",
+			cfg.Partitions),
+		History:  1,
+		TTL:      0,
+		Storage:  jetstream.FileStorage,
+		Replicas: cfg.Replicas,
+		Metadata: map[string]string{MetaPartitions: strconv.Itoa(cfg.Partitions)},
+	}
+}
+
+// Partitions is the bucket's partition count.
+func (s *JetStore) Partitions() int { return s.cfg.Partitions }
+
+// Bucket is the bucket name.
+func (s *JetStore) Bucket() string { return s.cfg.Bucket }
+
+// Create stores t under Key(t.ID) if no record is there (a deleted one counts as none).
+func (s *JetStore) Create(ctx context.Context, t *Task) (Entry, error) {
+	key, val, err := s.encode(t)
+	if err != nil {
+		return Entry{}, err
+	}
+	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	return s.create(ctx, t, key, val)
+}
+
+func (s *JetStore) create(ctx context.Context, t *Task, key string, val []byte) (Entry, error) {
+	// kv.Create publishes with expected last subject sequence 0 and, if the key's last message is a
+	// delete or purge marker, retries once on the marker's revision.
+	rev, err := s.kv.Create(ctx, key, val)
+	if err == nil {
+		return Entry{Task: *t, Revision: rev}, nil
+	}
+	if err = mapError(err); !errors.Is(err, ErrConflict) {
+		return Entry{}, fmt.Errorf("create %s: %w", t.ID, err)
+	}
+	cur, gerr := s.get(ctx, t.ID, key)
+	if gerr != nil {
+		// Deleted, or unreadable, between the two calls: report the conflict.
+		return Entry{}, fmt.Errorf("create %s: %w (re-read: %v)", t.ID, ErrConflict, gerr)
+	}
+	return cur, fmt.Errorf("create %s: %w at revision %d", t.ID, ErrExists, cur.Revision)
+}
+
+// Get returns the current record of id.
+func (s *JetStore) Get(ctx context.Context, id string) (Entry, error) {
+	if err := ValidateID(id); err != nil {
+		return Entry{}, err
+	}
+	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	return s.get(ctx, id, Key(id, s.cfg.Partitions))
+}
+
+func (s *JetStore) get(ctx context.Context, id, key string) (Entry, error) {
+	e, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return Entry{}, fmt.Errorf("get %s: %w", id, mapError(err))
+	}
+	return decodeEntry(id, e.Revision(), e.Value())
+}
+
+// Update replaces the record of t.ID if its revision is still rev.
+func (s *JetStore) Update(ctx context.Context, t *Task, rev uint64) (uint64, error) {
+	key, val, err := s.encode(t)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, rev))
+	if err != nil {
+		return 0, fmt.Errorf("update %s at revision %d: %w", t.ID, rev, mapError(err))
+	}
+	return ack.Sequence, nil
+}
+
+// Delete removes the record of id if its revision is still rev. It writes a purge marker (see
+// the package documentation for why a purge and what it leaves behind).
+func (s *JetStore) Delete(ctx context.Context, id string, rev uint64) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if _, err := s.js.PublishMsg(ctx, s.purgeMsg(Key(id, s.cfg.Partitions), rev)); err != nil {
+		return fmt.Errorf("delete %s at revision %d: %w", id, rev, mapError(err))
+	}
+	return nil
+}
+
+// PurgeDeletes removes the purge markers that deletes left behind once they are older than
+// olderThan (all of them if olderThan <= 0). Watchers that are running see nothing; a watch
+// started later simply does not see those keys.
+func (s *JetStore) PurgeDeletes(ctx context.Context, olderThan time.Duration) error {
+	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if olderThan <= 0 {
+		olderThan = -1 // nats.go: a negative age removes every marker
+	}
+	return s.kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(olderThan))
+}
+
+// Header names and values of the KV protocol, as nats.go writes them.
+const (
+	hdrKVOperation = "KV-Operation"
+	kvOpPurge      = "PURGE"
+)
+
+// putMsg is a put of val under key that the server accepts only if the key's last message has
+// sequence rev (0: the key has no message at all).
+func (s *JetStore) putMsg(key string, val []byte, rev uint64) *nats.Msg {
+	m := nats.NewMsg(s.prefix + key)
+	m.Data = val
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	return m
+}
+
+// purgeMsg is a purge marker for key (a rollup that removes the key's earlier messages), accepted
+// only if the key's last message has sequence rev.
+func (s *JetStore) purgeMsg(key string, rev uint64) *nats.Msg {
+	m := nats.NewMsg(s.prefix + key)
+	m.Header.Set(hdrKVOperation, kvOpPurge)
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	return m
+}
+
+func (s *JetStore) encode(t *Task) (key string, val []byte, err error) {
+	if t == nil {
+		return "", nil, errors.New("kvstore: nil task")
+	}
+	if err := ValidateID(t.ID); err != nil {
+		return "", nil, err
+	}
+	val, err = EncodeTask(t)
+	if err != nil {
+		return "", nil, err
+	}
+	return Key(t.ID, s.cfg.Partitions), val, nil
+}
+
+// mapError translates nats.go errors into this package's sentinels. It is the only place that
+// knows JetStream error codes: a CAS conflict is "wrong last sequence", code 10071 on an R1 stream
+// and 10164 (JSStreamWrongLastSequenceConstantErr) on a replicated one; nats.go reports it as
+// ErrKeyExists (matched by code 10071 only), as ErrKeyRevisionMismatch (kv.Update, kv.Delete) or
+// as a bare *APIError (publishes, sync or async). Other errors pass through.
+func mapError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch),
+		errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return fmt.Errorf("%w: %v", ErrConflict, err)
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return ErrNotFound
+	}
+	return err
+}
+
+// decodeEntry decodes a stored value of task id at rev; the error wraps ErrCorrupt or
+// ErrUnknownVersion.
+func decodeEntry(id string, rev uint64, val []byte) (Entry, error) {
+	t, err := DecodeTask(val)
+	if err != nil {
+		return Entry{}, fmt.Errorf("task %s revision %d: %w", id, rev, err)
+	}
+	if t.ID != id {
+		return Entry{}, fmt.Errorf("task %s revision %d: %w: the record names task %q", id, rev, ErrCorrupt, t.ID)
+	}
+	return Entry{Task: t, Revision: rev}, nil
+}
+
+// withTimeout gives ctx the deadline now+d unless it has one already.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}

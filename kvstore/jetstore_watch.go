@@ -1,0 +1,175 @@
+package kvstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Watch delivers the records of the given partitions (all if none are given), then
+// EventInitDone, then live changes. One ordered consumer filters on PartitionFilter(p) for each p.
+// A goroutine drains nats.go's watcher channel into the watcher's unbounded queue so the
+// subscription never waits for the reader of Events; the channel is also closed if the connection
+// closes.
+func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error) {
+	ps, err := checkPartitions(partitions, s.cfg.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	var filters []string // a fresh slice: WatchFiltered rewrites its argument in place
+	for _, p := range ps {
+		filters = append(filters, PartitionFilter(p))
+	}
+	// nats.go unsubscribes when this context ends (and keeps a goroutine until it does), so it is
+	// cancelled when the watcher stops.
+	wctx, cancel := context.WithCancel(ctx)
+	kw, err := s.kv.WatchFiltered(wctx, filters)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("kvstore: watch %s: %w", s.cfg.Bucket, mapError(err))
+	}
+	w := newWatcher()
+	drained := make(chan struct{})
+	go func() { // the only reader of kw.Updates()
+		defer close(drained)
+		for e := range kw.Updates() {
+			w.push(jetEvent(e))
+		}
+		w.end()
+	}()
+	go func() {
+		w.pump(wctx)
+		cancel()
+		_ = kw.Stop() // fails harmlessly if the context already unsubscribed
+		<-drained     // nats.go closes Updates once the subscription is gone
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// jetEvent turns a nats.go watch entry into an Event; nil is the end of the initial values.
+func jetEvent(e jetstream.KeyValueEntry) Event {
+	if e == nil {
+		return Event{Kind: EventInitDone}
+	}
+	rev := e.Revision()
+	id, ok := IDFromKey(e.Key())
+	if !ok {
+		return Event{Kind: EventError, ID: e.Key(), Revision: rev,
+			Err: fmt.Errorf("%w: key %q is not p<partition>.<task id>", ErrCorrupt, e.Key())}
+	}
+	switch e.Operation() {
+	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+		return Event{Kind: EventDelete, ID: id, Revision: rev}
+	}
+	ent, err := decodeEntry(id, rev, e.Value())
+	if err != nil {
+		return Event{Kind: EventError, ID: id, Revision: rev, Err: err}
+	}
+	return Event{Kind: EventPut, ID: id, Revision: rev, Entry: ent}
+}
+
+// checkPartitions validates and sorts the partitions of a watch; none means all n.
+func checkPartitions(ps []int, n int) ([]int, error) {
+	if len(ps) == 0 {
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		return all, nil
+	}
+	ps = slices.Clone(ps)
+	slices.Sort(ps)
+	ps = slices.Compact(ps)
+	if ps[0] < 0 || ps[len(ps)-1] >= n {
+		return nil, fmt.Errorf("kvstore: watch partitions %v: out of range 0..%d", ps, n-1)
+	}
+	return ps, nil
+}
+
+// watcher is the Watcher of both stores. Its producer pushes events into an unbounded queue and
+// never blocks; pump, its only goroutine, moves them to events.
+type watcher struct {
+	mu    sync.Mutex
+	queue []Event // written by push, head removed by pump
+	ended bool    // the producer is gone: pump closes events once the queue is empty
+
+	wake     chan struct{} // capacity 1; push and end signal pump
+	events   chan Event    // written and closed by pump; read by the user
+	stop     chan struct{} // closed by Stop
+	stopOnce sync.Once
+	done     chan struct{} // closed by the store once pump and the producer are gone
+}
+
+func newWatcher() *watcher {
+	return &watcher{
+		wake:   make(chan struct{}, 1),
+		events: make(chan Event),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+func (w *watcher) Events() <-chan Event { return w.events }
+
+// Stop ends the watch, waits until its goroutines are gone and closes Events. Idempotent.
+func (w *watcher) Stop() error {
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+	return nil
+}
+
+func (w *watcher) push(evs ...Event) {
+	w.mu.Lock()
+	w.queue = append(w.queue, evs...)
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *watcher) end() {
+	w.mu.Lock()
+	w.ended = true
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *watcher) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pump delivers queued events until Stop, the end of ctx, or the producer's end; then it closes
+// events. Undelivered events are dropped.
+func (w *watcher) pump(ctx context.Context) {
+	defer close(w.events)
+	for {
+		w.mu.Lock()
+		have, ended := len(w.queue) > 0, w.ended
+		var next Event
+		var out chan<- Event
+		if have {
+			next, out = w.queue[0], w.events
+		}
+		w.mu.Unlock()
+		if !have && ended {
+			return
+		}
+		select {
+		case out <- next:
+			w.mu.Lock()
+			w.queue[0] = Event{}
+			w.queue = w.queue[1:]
+			w.mu.Unlock()
+		case <-w.wake:
+		case <-w.stop:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
