@@ -1,0 +1,222 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/internal/natstest"
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is one test's world: a real JetStream server, a client connection, the task bucket.
+type env struct {
+	t     *testing.T
+	srv   *natstest.Server
+	nc    *nats.Conn // the user's side: publishes schedules, consumes fires
+	store *kvstore.JetStore
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := natstest.RunServer(t)
+	nc := natstest.Connect(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := kvstore.OpenJetStore(context.Background(), js, kvstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, srv: srv, nc: nc, store: store}
+}
+
+// testLogger writes the bridge's logs through t.Log.
+func testLogger(t *testing.T) *slog.Logger {
+	if !testing.Verbose() {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// startBridge runs a bridge on its own connection and bucket handle, stopped when the test ends.
+func (e *env) startBridge(cfg bridge.Config) *bridge.Bridge {
+	e.t.Helper()
+	nc := natstest.Connect(e.t, e.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	store, err := kvstore.OpenJetStore(context.Background(), js, kvstore.Config{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(e.t)
+	}
+	b, err := bridge.New(nc, store, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.Stop(ctx); err != nil {
+			e.t.Errorf("stop bridge: %v", err)
+		}
+	})
+	select {
+	case <-b.Ready():
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("bridge not ready")
+	}
+	return b
+}
+
+// schedule publishes a schedule message through JetStream (so it is durable when this returns).
+func (e *env) schedule(biz string, payload string, kv ...string) {
+	e.t.Helper()
+	m := nats.NewMsg(bridge.SchedulePrefix + biz)
+	m.Data = []byte(payload)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m.Header.Add(kv[i], kv[i+1])
+	}
+	js, _ := jetstream.New(e.nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		e.t.Fatalf("schedule: %v", err)
+	}
+}
+
+// fired is one fire message as a consumer saw it.
+type fired struct {
+	msg *nats.Msg
+	at  time.Time
+}
+
+// consume subscribes to subject and hands every message to handle (which replies), recording it.
+type consumer struct {
+	mu   sync.Mutex
+	msgs []fired
+	ch   chan fired
+}
+
+func (e *env) consume(subject string, handle func(m *nats.Msg)) *consumer {
+	e.t.Helper()
+	c := &consumer{ch: make(chan fired, 100000)}
+	sub, err := e.nc.Subscribe(subject, func(m *nats.Msg) {
+		f := fired{msg: m, at: time.Now()}
+		c.mu.Lock()
+		c.msgs = append(c.msgs, f)
+		c.mu.Unlock()
+		if handle != nil {
+			handle(m)
+		}
+		c.ch <- f
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// next waits for the next message (bounded).
+func (c *consumer) next(t *testing.T, within time.Duration) fired {
+	t.Helper()
+	select {
+	case f := <-c.ch:
+		return f
+	case <-time.After(within):
+		t.Fatalf("no message within %v", within)
+		return fired{}
+	}
+}
+
+// none checks that no further message arrives within d.
+func (c *consumer) none(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case f := <-c.ch:
+		t.Fatalf("unexpected message %s %v", f.msg.Subject, f.msg.Header)
+	case <-time.After(d):
+	}
+}
+
+func (c *consumer) all() []fired {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]fired(nil), c.msgs...)
+}
+
+// waitStatus polls the record until it has the status (bounded).
+func (e *env) waitStatus(id string, want kvstore.Status, within time.Duration) kvstore.Entry {
+	e.t.Helper()
+	var last kvstore.Entry
+	var lastErr error
+	if !checkFor(within, func() bool {
+		last, lastErr = e.store.Get(context.Background(), id)
+		return lastErr == nil && last.Task.Status == want
+	}) {
+		e.t.Fatalf("task %s: status %s (err %v), want %s", id, last.Task.Status, lastErr, want)
+	}
+	return last
+}
+
+// checkFor polls cond every 10ms until it holds or within has passed.
+func checkFor(within time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+}
+
+func (e *env) mustNotExist(id string) {
+	e.t.Helper()
+	if _, err := e.store.Get(context.Background(), id); !errors.Is(err, kvstore.ErrNotFound) {
+		e.t.Fatalf("task %s: got err %v, want not found", id, err)
+	}
+}
+
+// dueAt parses the Ax-Due-At header.
+func dueAt(t *testing.T, m *nats.Msg) time.Time {
+	t.Helper()
+	d, err := time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderDueAt))
+	if err != nil {
+		t.Fatalf("Ax-Due-At %q: %v", m.Header.Get(bridge.HeaderDueAt), err)
+	}
+	return d
+}
