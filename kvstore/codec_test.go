@@ -247,7 +247,23 @@ func TestCodecDecodeCorrupt(t *testing.T) {
 		{"only newline", "\n", kvstore.ErrCorrupt, "metadata"},
 		{"not json", "hello\nworld", kvstore.ErrCorrupt, "metadata"},
 		{"json array", "[1]\n", kvstore.ErrCorrupt, "metadata"},
-		{"json null", "null\n", kvstore.ErrCorrupt, `missing field "v"`},
+		{"json null", "null\n", kvstore.ErrCorrupt, "metadata"},
+		{"empty object", "{}\n", kvstore.ErrCorrupt, `missing field "v"`},
+		{"v null", `{"v":null,` + good + "}\n", kvstore.ErrCorrupt, `missing field "v"`},
+		{"key in other case", `{"V":1,` + good + "}\n", kvstore.ErrCorrupt, `missing field "v"`},
+		{"raw control char in string", set("owner", "\"a\tb\""), kvstore.ErrCorrupt, "control character"},
+		{"bad escape", set("owner", `"a\qb"`), kvstore.ErrCorrupt, "bad escape"},
+		{"bad unicode escape", set("owner", `"\u12G4"`), kvstore.ErrCorrupt, "bad \\u escape"},
+		{"unterminated string", `{"v":1,"id":"abc` + "\n", kvstore.ErrCorrupt, "unterminated"},
+		{"unterminated escape", `{"v":1,"id":"abc\` + "\n", kvstore.ErrCorrupt, "unterminated"},
+		{"leading zero", set("due", "01"), kvstore.ErrCorrupt, "want an integer"},
+		{"exponent", set("due", "1e3"), kvstore.ErrCorrupt, "want an integer"},
+		{"lone minus", set("due", "-"), kvstore.ErrCorrupt, "want an integer"},
+		{"missing comma", `{"v":1 "id":"a"}` + "\n", kvstore.ErrCorrupt, "metadata"},
+		{"trailing comma", `{"v":1,` + good + ",}\n", kvstore.ErrCorrupt, "metadata"},
+		{"unknown field deeply nested", set("x", strings.Repeat("[", 100)+strings.Repeat("]", 100)), kvstore.ErrCorrupt, "nested deeper"},
+		{"unknown field bad literal", set("x", "tru"), kvstore.ErrCorrupt, "metadata"},
+		{"unknown field bad number", set("x", "1."), kvstore.ErrCorrupt, "bad number"},
 		{"truncated json", `{"v":1,"id":"a"` + "\n", kvstore.ErrCorrupt, "metadata"},
 		{"trailing garbage", `{"v":1,` + good + `}x` + "\n", kvstore.ErrCorrupt, "metadata"},
 		{"base64 of a record", "eyJ2IjoxfQ==\n", kvstore.ErrCorrupt, "metadata"},
@@ -311,7 +327,7 @@ func TestCodecDecodeLenient(t *testing.T) {
 	t.Parallel()
 	in := " { \"updated\" : 2 , \"future_field\": {\"x\":[1]}, \"v\":1, \"id\":\"\\u0061\", \"biz\":\"b\", " +
 		"\"status\":\"DEAD\", \"due\":3, \"attempt\":4, \"max_retry\":3, \"ack_wait_ms\":5, \"backoff_ms\":[6,7], " +
-		"\"created\":1, \"finished\":8, \"hdr\":{\"K\":[],\"L\":[\"x\"]}, \"last_error\":\"\\ud83d\\ude00\"}\npayload"
+		"\"created\":1, \"finished\":8, \"owner\":null, \"more\":[true,false,null,-1.5e+3,{\"a\":\"\\/\"}], \"hdr\":{\"K\":[],\"L\":[\"x\"]}, \"last_error\":\"\\ud83d\\ude00\"}\npayload"
 	got, err := kvstore.DecodeTask([]byte(in))
 	if err != nil {
 		t.Fatal(err)
