@@ -35,8 +35,16 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	drained := make(chan struct{})
 	go func() { // the only reader of kw.Updates()
 		defer close(drained)
+		initDone := false
 		for e := range kw.Updates() {
-			w.push(jetEvent(e))
+			ev := jetEvent(e)
+			switch {
+			case ev.Kind == EventInitDone:
+				initDone = true
+			case ev.Kind == EventDelete && !initDone:
+				continue // the marker of a record deleted before the watch: not a current record
+			}
+			w.push(ev)
 		}
 		w.end()
 	}()
