@@ -1,0 +1,142 @@
+package timingwheel
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Next returns the earliest time at which Advance may have something to fire
+// (an entry's due time, or the slot boundary covering it; never later than the
+// earliest due entry), ok=false when empty.
+func (w *Wheel[V]) Next() (time.Time, bool) {
+	if w.heads[w.overdueList()] != nilIdx {
+		return w.abs(w.overdueMin), true
+	}
+	if d := w.nextOccupied(int(w.cur & w.mask)); d >= 0 {
+		t := w.cur + int64(d)
+		// Every entry in a slot is due after now and within its tick. Short
+		// lists are scanned for the exact earliest due time; a long one
+		// reports the slot boundary.
+		const scanLimit = 64
+		earliest := int64(math.MaxInt64)
+		i := w.heads[t&w.mask]
+		for k := 0; i != nilIdx && k < scanLimit; k++ {
+			n := w.slab.at(i)
+			earliest = min(earliest, n.due)
+			i = n.next
+		}
+		if i != nilIdx {
+			earliest = max(t*w.tick, w.now+1)
+		}
+		return w.abs(earliest), true
+	}
+	if len(w.heap) > 0 {
+		return w.abs(w.slab.at(w.heap[0]).due), true
+	}
+	return time.Time{}, false
+}
+
+// Advance fires (removes and calls fire for) every entry with due <= now, in
+// deadline order (ties in insertion order).
+//
+// fire may call Add, Remove, Reschedule, Get, Len and Next. An entry that fire
+// adds or reschedules with a due time at or before now is fired by the next
+// Advance, never by this one, so Advance always terminates. An entry removed
+// or rescheduled by fire before its turn in this call does not fire here.
+// Advance must not be called from fire; it panics if it is.
+//
+// Calling Advance with a time earlier than a previous call fires only entries
+// due at or before that earlier time.
+func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v V)) {
+	if w.advancing {
+		panic("timingwheel: Advance called from fire")
+	}
+	w.advancing = true
+	defer w.endAdvance()
+
+	n := w.rel(now)
+	w.now = max(w.now, n)
+	if w.heads[w.overdueList()] != nilIdx {
+		w.fireList(w.overdueList(), n, fire)
+	}
+	nowTick := w.tickOf(n)
+	for w.cur <= nowTick {
+		w.migrate()
+		if s := int(w.cur & w.mask); w.heads[s] != nilIdx {
+			w.fireList(s, n, fire)
+		}
+		if w.cur == nowTick {
+			break
+		}
+		// Every slot before nowTick is empty once processed: jump to the next
+		// occupied slot, the tick of the earliest heap entry, or nowTick.
+		next := nowTick
+		if d := w.nextOccupied(int((w.cur + 1) & w.mask)); d >= 0 {
+			next = min(next, w.cur+1+int64(d))
+		}
+		if len(w.heap) > 0 {
+			next = min(next, w.tickOf(w.slab.at(w.heap[0]).due))
+		}
+		w.cur = next
+	}
+}
+
+func (w *Wheel[V]) endAdvance() {
+	w.advancing = false
+	if cap(w.batch) > 1<<16 {
+		w.batch = nil // do not pin the buffer of a large burst
+	}
+}
+
+// migrate moves heap entries whose tick has come within the horizon into
+// their slots. They keep their sequence numbers.
+func (w *Wheel[V]) migrate() {
+	for len(w.heap) > 0 {
+		i := w.heap[0]
+		t := w.tickOf(w.slab.at(i).due)
+		if t-w.cur > w.mask {
+			return
+		}
+		w.heapRemove(0)
+		w.pushList(int(t&w.mask), i)
+	}
+}
+
+func compareFire(a, b fireEntry) int {
+	if a.due != b.due {
+		if a.due < b.due {
+			return -1
+		}
+		return 1
+	}
+	return int(int32(a.seq - b.seq))
+}
+
+// fireList fires the entries of one list that are due at or before n.
+func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Time, v V)) {
+	b := w.batch[:0]
+	for i := w.heads[list]; i != nilIdx; {
+		nd := w.slab.at(i)
+		if nd.due <= n {
+			b = append(b, fireEntry{due: nd.due, seq: nd.seq, idx: i})
+		}
+		i = nd.next
+	}
+	slices.Reverse(b) // lists are newest first
+	if !slices.IsSortedFunc(b, compareFire) {
+		slices.SortFunc(b, compareFire)
+	}
+	w.batch = b
+	for _, e := range b {
+		nd := w.slab.at(e.idx)
+		if nd.gen&1 == 0 || nd.seq != e.seq {
+			continue // removed or rescheduled by an earlier fire
+		}
+		id, v := nd.id, nd.v
+		w.unlink(e.idx)
+		w.index.deleteAt(w.index.findNode(e.idx, w.index.hash(id)))
+		w.slab.release(e.idx)
+		fire(id, w.abs(e.due), v)
+	}
+}

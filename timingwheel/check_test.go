@@ -1,0 +1,80 @@
+package timingwheel
+
+import (
+	"fmt"
+	"math"
+)
+
+// check verifies the wheel's internal invariants. Tests call it between
+// operations (never from inside fire).
+func (w *Wheel[V]) check() error {
+	seen := 0
+	overdue := w.overdueList()
+	for list, head := range w.heads {
+		prev := -int32(list) - 2
+		if list < overdue {
+			bit := w.occupied[list>>6]&(1<<(list&63)) != 0
+			if bit != (head != nilIdx) {
+				return fmt.Errorf("slot %d: occupied bit %v, head %d", list, bit, head)
+			}
+		} else if head == nilIdx && w.overdueMin != math.MaxInt64 {
+			return fmt.Errorf("empty overdue list with overdueMin %d", w.overdueMin)
+		}
+		for i := head; i != nilIdx; i = w.slab.at(i).next {
+			n := w.slab.at(i)
+			seen++
+			if n.prev != prev {
+				return fmt.Errorf("node %d: prev %d, want %d", i, n.prev, prev)
+			}
+			if n.gen&1 == 0 {
+				return fmt.Errorf("node %d in list %d is free", i, list)
+			}
+			prev = i
+			if list == overdue {
+				if n.due > w.now || n.due < w.overdueMin {
+					return fmt.Errorf("overdue node %d due %d, now %d, min %d", i, n.due, w.now, w.overdueMin)
+				}
+				continue
+			}
+			t := w.tickOf(n.due)
+			if n.due <= w.now || t < w.cur || t-w.cur > w.mask || int(t&w.mask) != list {
+				return fmt.Errorf("node %d due %d (tick %d) in slot %d, cur %d, now %d", i, n.due, t, list, w.cur, w.now)
+			}
+		}
+	}
+	for pos, i := range w.heap {
+		n := w.slab.at(i)
+		seen++
+		if n.next != inHeap || int(n.prev) != pos || n.gen&1 == 0 {
+			return fmt.Errorf("heap[%d] = node %d with next %d prev %d gen %d", pos, i, n.next, n.prev, n.gen)
+		}
+		if t := w.tickOf(n.due); t-w.cur <= w.mask {
+			return fmt.Errorf("heap node %d tick %d within horizon of cur %d", i, t, w.cur)
+		}
+		if pos > 0 && w.heapLess(i, w.heap[(pos-1)/4]) {
+			return fmt.Errorf("heap order broken at %d", pos)
+		}
+	}
+	if seen != w.index.count {
+		return fmt.Errorf("%d linked nodes, index holds %d", seen, w.index.count)
+	}
+	indexed := 0
+	for pos, e := range w.index.slots {
+		if e == 0 {
+			continue
+		}
+		indexed++
+		i := int32(uint32(e)) - 1
+		n := w.slab.at(i)
+		if n.gen&1 == 0 || uint32(e>>32) != w.index.hash(n.id) {
+			return fmt.Errorf("index slot %d: node %d gen %d id %q", pos, i, n.gen, n.id)
+		}
+		if p, j, ok := find(&w.index, &w.slab, n.id, w.index.hash(n.id)); !ok || j != i || int(p) != pos {
+			return fmt.Errorf("id %q not found at its slot %d", n.id, pos)
+		}
+	}
+	if indexed != w.index.count {
+		return fmt.Errorf("index count %d, %d slots used", w.index.count, indexed)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package timingwheel
+
+// The far heap: a 4-ary min-heap of node indexes ordered by (due, seq).
+// Each node in the heap keeps its position in node.prev.
+
+func (w *Wheel[V]) heapLess(a, b int32) bool {
+	na, nb := w.slab.at(a), w.slab.at(b)
+	if na.due != nb.due {
+		return na.due < nb.due
+	}
+	return int32(na.seq-nb.seq) < 0
+}
+
+func (w *Wheel[V]) heapSet(pos int, i int32) {
+	w.heap[pos] = i
+	w.slab.at(i).prev = int32(pos)
+}
+
+func (w *Wheel[V]) heapPush(i int32) {
+	n := w.slab.at(i)
+	n.next = inHeap
+	w.heap = append(w.heap, i)
+	w.heapUp(len(w.heap)-1, i)
+}
+
+func (w *Wheel[V]) heapUp(pos int, i int32) {
+	for pos > 0 {
+		parent := (pos - 1) / 4
+		p := w.heap[parent]
+		if !w.heapLess(i, p) {
+			break
+		}
+		w.heapSet(pos, p)
+		pos = parent
+	}
+	w.heapSet(pos, i)
+}
+
+func (w *Wheel[V]) heapDown(pos int, i int32) {
+	n := len(w.heap)
+	for {
+		first := 4*pos + 1
+		if first >= n {
+			break
+		}
+		best, bi := first, w.heap[first]
+		for c := first + 1; c < first+4 && c < n; c++ {
+			if ci := w.heap[c]; w.heapLess(ci, bi) {
+				best, bi = c, ci
+			}
+		}
+		if !w.heapLess(bi, i) {
+			break
+		}
+		w.heapSet(pos, bi)
+		pos = best
+	}
+	w.heapSet(pos, i)
+}
+
+// heapRemove takes the node at position pos out of the heap.
+func (w *Wheel[V]) heapRemove(pos int) {
+	last := len(w.heap) - 1
+	moved := w.heap[last]
+	w.heap = w.heap[:last]
+	if pos == last {
+		return
+	}
+	if pos > 0 && w.heapLess(moved, w.heap[(pos-1)/4]) {
+		w.heapUp(pos, moved)
+	} else {
+		w.heapDown(pos, moved)
+	}
+}

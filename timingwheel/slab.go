@@ -1,0 +1,62 @@
+package timingwheel
+
+// Node links. A node lives in exactly one place: a slot list, the overdue
+// list, the heap, or the free list.
+const (
+	nilIdx    int32 = -1 // end of a list
+	inHeap    int32 = -2 // node.next marker: the node is in the heap, node.prev is its heap position
+	chunkBits       = 10
+	chunkSize       = 1 << chunkBits
+)
+
+// node is one scheduled entry. v comes first so that a zero-size V adds no
+// trailing padding. With V of 8 bytes a node is 48 bytes.
+type node[V any] struct {
+	v    V
+	id   string
+	due  int64  // nanoseconds since start
+	next int32  // list successor, inHeap, or free-list link
+	prev int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
+	gen  uint32 // odd while pending, even while free; bumped on alloc and free
+	seq  uint32 // insertion order, assigned on Add and Reschedule
+}
+
+// slab holds nodes in fixed-size chunks, so growth never copies live nodes
+// and never leaves more than one partly used chunk.
+type slab[V any] struct {
+	chunks []*[chunkSize]node[V]
+	used   int32 // nodes handed out so far (high-water mark)
+	free   int32 // head of the free list
+}
+
+func (s *slab[V]) at(i int32) *node[V] {
+	return &s.chunks[i>>chunkBits][i&(chunkSize-1)]
+}
+
+func (s *slab[V]) alloc() int32 {
+	if i := s.free; i != nilIdx {
+		n := s.at(i)
+		s.free = n.next
+		n.gen++
+		return i
+	}
+	i := s.used
+	if int(i>>chunkBits) == len(s.chunks) {
+		s.chunks = append(s.chunks, new([chunkSize]node[V]))
+	}
+	s.used++
+	n := s.at(i)
+	n.gen = 1
+	return i
+}
+
+func (s *slab[V]) release(i int32) {
+	n := s.at(i)
+	var zero V
+	n.v = zero
+	n.id = ""
+	n.gen++
+	n.next = s.free
+	n.prev = nilIdx
+	s.free = i
+}

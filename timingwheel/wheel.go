@@ -1,0 +1,278 @@
+package timingwheel
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Options configures a Wheel. The zero value gives the defaults.
+type Options struct {
+	Tick  time.Duration // slot width; default 1ms
+	Slots int           // number of wheel slots, power of two; default 4096 (horizon ~4s at 1ms)
+}
+
+func (o Options) withDefaults() Options {
+	o.Tick = cmp.Or(o.Tick, time.Millisecond)
+	o.Slots = cmp.Or(o.Slots, 4096)
+	return o
+}
+
+func (o Options) validate() error {
+	if o.Tick <= 0 {
+		return fmt.Errorf("timingwheel: Tick %v must be positive", o.Tick)
+	}
+	if o.Slots <= 0 || o.Slots&(o.Slots-1) != 0 || o.Slots > 1<<24 {
+		return fmt.Errorf("timingwheel: Slots %d must be a power of two up to 1<<24", o.Slots)
+	}
+	return nil
+}
+
+// Wheel schedules string ids with values of type V. It is not safe for
+// concurrent use: one goroutine owns it.
+type Wheel[V any] struct {
+	start time.Time
+	tick  int64
+	mask  int64 // Slots-1
+
+	slab  slab[V]
+	index index
+
+	// heads[0:Slots] are the slot lists; heads[Slots] is the overdue list of
+	// entries due at or before now. Lists are doubly linked through node.next
+	// and node.prev, newest first.
+	heads    []int32
+	occupied []uint64 // bit per wheel slot: list not empty
+	heap     []int32  // entries due at or past cur+Slots ticks
+
+	now        int64 // highest time passed to Advance, ns since start
+	cur        int64 // tick of the slot Advance resumes at
+	overdueMin int64 // lower bound of due times in the overdue list
+	seq        uint32
+
+	advancing bool
+	batch     []fireEntry
+}
+
+type fireEntry struct {
+	due int64
+	seq uint32
+	idx int32
+}
+
+// Handle refers to one pending entry without an id lookup. A handle to an
+// entry that fired or was removed is stale: RemoveHandle returns false. The
+// zero Handle is never valid.
+type Handle struct {
+	idx int32
+	gen uint32
+}
+
+// New returns an empty wheel whose time origin is start (the owner's
+// time.Now()). It panics if opts is invalid: Tick must be positive and Slots a
+// power of two.
+func New[V any](start time.Time, opts Options) *Wheel[V] {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		panic(err)
+	}
+	w := &Wheel[V]{
+		start:      start,
+		tick:       int64(opts.Tick),
+		mask:       int64(opts.Slots - 1),
+		heads:      make([]int32, opts.Slots+1),
+		occupied:   make([]uint64, (opts.Slots+63)/64),
+		overdueMin: math.MaxInt64,
+	}
+	for i := range w.heads {
+		w.heads[i] = nilIdx
+	}
+	w.slab.free = nilIdx
+	w.index.init()
+	return w
+}
+
+func (w *Wheel[V]) rel(t time.Time) int64 { return int64(t.Sub(w.start)) }
+
+func (w *Wheel[V]) abs(d int64) time.Time { return w.start.Add(time.Duration(d)) }
+
+// tickOf is floor(d / tick).
+func (w *Wheel[V]) tickOf(d int64) int64 {
+	t := d / w.tick
+	if d < 0 && t*w.tick != d {
+		t--
+	}
+	return t
+}
+
+func (w *Wheel[V]) overdueList() int { return len(w.heads) - 1 }
+
+// Len returns the number of pending entries.
+func (w *Wheel[V]) Len() int { return w.index.count }
+
+// Add schedules id at due with value v. If id is already pending, it is
+// rescheduled (due and v replaced). Returns true if id was new.
+func (w *Wheel[V]) Add(id string, due time.Time, v V) bool {
+	_, isNew := w.add(id, w.rel(due), v)
+	return isNew
+}
+
+// AddHandle is Add returning a handle to the entry, for RemoveHandle.
+func (w *Wheel[V]) AddHandle(id string, due time.Time, v V) Handle {
+	i, _ := w.add(id, w.rel(due), v)
+	return Handle{idx: i, gen: w.slab.at(i).gen}
+}
+
+func (w *Wheel[V]) add(id string, due int64, v V) (int32, bool) {
+	h := w.index.hash(id)
+	pos, i, ok := find(&w.index, &w.slab, id, h)
+	if ok {
+		w.unlink(i)
+		n := w.slab.at(i)
+		n.v = v
+		n.due = due
+		w.place(i)
+		return i, false
+	}
+	i = w.slab.alloc()
+	n := w.slab.at(i)
+	n.v = v
+	n.id = id
+	n.due = due
+	w.place(i)
+	w.index.insertAt(pos, i, h)
+	return i, true
+}
+
+// Remove cancels id; false if not pending (never added, already fired, or removed).
+func (w *Wheel[V]) Remove(id string) bool {
+	h := w.index.hash(id)
+	pos, i, ok := find(&w.index, &w.slab, id, h)
+	if !ok {
+		return false
+	}
+	w.unlink(i)
+	w.index.deleteAt(pos)
+	w.slab.release(i)
+	return true
+}
+
+// RemoveHandle cancels the entry h refers to; false if it is no longer pending.
+func (w *Wheel[V]) RemoveHandle(h Handle) bool {
+	if h.gen&1 == 0 || h.idx < 0 || h.idx >= w.slab.used {
+		return false
+	}
+	n := w.slab.at(h.idx)
+	if n.gen != h.gen {
+		return false
+	}
+	w.unlink(h.idx)
+	w.index.deleteAt(w.index.findNode(h.idx, w.index.hash(n.id)))
+	w.slab.release(h.idx)
+	return true
+}
+
+// Reschedule moves a pending id to a new due time keeping its value; false if
+// not pending.
+func (w *Wheel[V]) Reschedule(id string, due time.Time) bool {
+	_, i, ok := find(&w.index, &w.slab, id, w.index.hash(id))
+	if !ok {
+		return false
+	}
+	w.unlink(i)
+	w.slab.at(i).due = w.rel(due)
+	w.place(i)
+	return true
+}
+
+// Get returns the pending entry's due time and value.
+func (w *Wheel[V]) Get(id string) (due time.Time, v V, ok bool) {
+	_, i, ok := find(&w.index, &w.slab, id, w.index.hash(id))
+	if !ok {
+		return time.Time{}, v, false
+	}
+	n := w.slab.at(i)
+	return w.abs(n.due), n.v, true
+}
+
+// place links node i (not linked anywhere) where its due time belongs and
+// gives it the next insertion sequence number.
+func (w *Wheel[V]) place(i int32) {
+	n := w.slab.at(i)
+	w.seq++
+	n.seq = w.seq
+	if n.due <= w.now {
+		w.overdueMin = min(w.overdueMin, n.due)
+		w.pushList(w.overdueList(), i)
+		return
+	}
+	// due > now implies tickOf(due) >= cur.
+	if t := w.tickOf(n.due); t-w.cur <= w.mask {
+		w.pushList(int(t&w.mask), i)
+		return
+	}
+	w.heapPush(i)
+}
+
+func (w *Wheel[V]) pushList(list int, i int32) {
+	n := w.slab.at(i)
+	head := w.heads[list]
+	n.next = head
+	n.prev = -int32(list) - 2
+	if head != nilIdx {
+		w.slab.at(head).prev = i
+	} else if list < len(w.heads)-1 {
+		w.occupied[list>>6] |= 1 << (list & 63)
+	}
+	w.heads[list] = i
+}
+
+// unlink takes node i out of its list or the heap.
+func (w *Wheel[V]) unlink(i int32) {
+	n := w.slab.at(i)
+	if n.next == inHeap {
+		w.heapRemove(int(n.prev))
+		return
+	}
+	next, prev := n.next, n.prev
+	if next != nilIdx {
+		w.slab.at(next).prev = prev
+	}
+	if prev >= 0 {
+		w.slab.at(prev).next = next
+		return
+	}
+	list := int(-prev - 2)
+	w.heads[list] = next
+	if next != nilIdx {
+		return
+	}
+	if list < len(w.heads)-1 {
+		w.occupied[list>>6] &^= 1 << (list & 63)
+	} else {
+		w.overdueMin = math.MaxInt64
+	}
+}
+
+// nextOccupied returns the distance from slot `from` to the first occupied
+// slot at or after it (cyclically), or -1 if the wheel is empty.
+func (w *Wheel[V]) nextOccupied(from int) int {
+	nslots := len(w.heads) - 1
+	words := len(w.occupied)
+	wi := from >> 6
+	word := w.occupied[wi] &^ (1<<(from&63) - 1)
+	for k := 0; k <= words; k++ {
+		if word != 0 {
+			slot := wi<<6 + bits.TrailingZeros64(word)
+			return (slot - from) & (nslots - 1)
+		}
+		wi++
+		if wi == words {
+			wi = 0
+		}
+		word = w.occupied[wi]
+	}
+	return -1
+}

@@ -1,0 +1,336 @@
+package timingwheel
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func ms(f float64) time.Time { return t0.Add(time.Duration(f * float64(time.Millisecond))) }
+
+type fired struct {
+	id  string
+	due time.Time
+	v   int
+}
+
+// collect runs Advance(now) and returns what fired, checking invariants after.
+func collect(t *testing.T, w *Wheel[int], now time.Time) []fired {
+	t.Helper()
+	var got []fired
+	w.Advance(now, func(id string, due time.Time, v int) {
+		if due.After(now) {
+			t.Errorf("%s fired early: due %v, now %v", id, due.Sub(t0), now.Sub(t0))
+		}
+		got = append(got, fired{id, due, v})
+	})
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func ids(fs []fired) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.id
+	}
+	return out
+}
+
+func TestAdvance(t *testing.T) {
+	t.Parallel()
+	type add struct {
+		id  string
+		due time.Time
+	}
+	type step struct {
+		now  time.Time
+		want []string
+	}
+	tests := []struct {
+		name  string
+		opts  Options
+		adds  []add
+		steps []step
+	}{
+		{
+			name:  "never early within a tick",
+			adds:  []add{{"a", ms(10.7)}},
+			steps: []step{{ms(10), nil}, {ms(10.69), nil}, {ms(10.7), []string{"a"}}, {ms(20), nil}},
+		},
+		{
+			name:  "deadline order across slots",
+			adds:  []add{{"c", ms(3)}, {"a", ms(1)}, {"b", ms(2.5)}, {"d", ms(3.2)}},
+			steps: []step{{ms(2.9), []string{"a", "b"}}, {ms(5), []string{"c", "d"}}},
+		},
+		{
+			name:  "deadline order within one slot",
+			adds:  []add{{"c", ms(1.9)}, {"a", ms(1.1)}, {"b", ms(1.5)}},
+			steps: []step{{ms(2), []string{"a", "b", "c"}}},
+		},
+		{
+			name:  "ties in insertion order",
+			adds:  []add{{"x", ms(5)}, {"y", ms(5)}, {"a", ms(5)}, {"b", ms(5)}},
+			steps: []step{{ms(5), []string{"x", "y", "a", "b"}}},
+		},
+		{
+			name:  "ties in insertion order across heap and wheel",
+			opts:  Options{Tick: time.Millisecond, Slots: 4},
+			adds:  []add{{"far", ms(10)}, {"near", ms(3)}},
+			steps: []step{{ms(8), []string{"near"}}, {ms(10), []string{"far"}}},
+		},
+		{
+			name:  "past and before-start entries fire on the next Advance",
+			adds:  []add{{"late", ms(-5)}, {"now", ms(0)}, {"older", t0.Add(-time.Hour)}},
+			steps: []step{{ms(0), []string{"older", "late", "now"}}},
+		},
+		{
+			name: "far future beyond the horizon",
+			opts: Options{Tick: time.Millisecond, Slots: 8},
+			adds: []add{{"hour", ms(3_600_000)}, {"min", ms(60_000)}, {"near", ms(4)}},
+			steps: []step{
+				{ms(59_999.9), []string{"near"}},
+				{ms(60_000), []string{"min"}},
+				{ms(3_599_999), nil},
+				{ms(3_600_000), []string{"hour"}},
+			},
+		},
+		{
+			name:  "one big jump fires everything in order",
+			opts:  Options{Tick: time.Millisecond, Slots: 16},
+			adds:  []add{{"e", ms(900)}, {"b", ms(20)}, {"d", ms(400)}, {"a", ms(1)}, {"c", ms(20.5)}},
+			steps: []step{{ms(1000), []string{"a", "b", "c", "d", "e"}}},
+		},
+		{
+			name:  "a clock stepping back fires only what is due",
+			adds:  []add{{"a", ms(1)}, {"b", ms(3)}},
+			steps: []step{{ms(2), []string{"a"}}, {ms(1.5), nil}, {ms(3), []string{"b"}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := New[int](t0, tt.opts)
+			for i, a := range tt.adds {
+				if !w.Add(a.id, a.due, i) {
+					t.Fatalf("Add(%s) = false for a new id", a.id)
+				}
+			}
+			for _, s := range tt.steps {
+				if got := ids(collect(t, w, s.now)); !slices.Equal(got, s.want) {
+					t.Errorf("Advance(%v) fired %v, want %v", s.now.Sub(t0), got, s.want)
+				}
+			}
+			if w.Len() != 0 {
+				t.Errorf("Len = %d after all steps", w.Len())
+			}
+		})
+	}
+}
+
+func TestAddReplacesPending(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	if !w.Add("a", ms(10), 1) {
+		t.Fatal("first Add = false")
+	}
+	if w.Add("a", ms(5000), 2) {
+		t.Fatal("second Add = true for a pending id")
+	}
+	if due, v, ok := w.Get("a"); !ok || !due.Equal(ms(5000)) || v != 2 {
+		t.Fatalf("Get = %v %d %v", due.Sub(t0), v, ok)
+	}
+	if got := collect(t, w, ms(4999)); len(got) != 0 {
+		t.Fatalf("fired %v before the new due time", got)
+	}
+	if got := collect(t, w, ms(5000)); len(got) != 1 || got[0].v != 2 || w.Len() != 0 {
+		t.Fatalf("fired %v, Len %d", got, w.Len())
+	}
+}
+
+func TestRemoveAndReschedule(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{Tick: time.Millisecond, Slots: 8})
+	w.Add("wheel", ms(3), 1)
+	w.Add("heap", ms(100), 2)
+	w.Add("gone", ms(2), 3)
+	if !w.Remove("gone") || w.Remove("gone") || w.Remove("never") {
+		t.Fatal("Remove results wrong")
+	}
+	if !w.Reschedule("wheel", ms(200)) || !w.Reschedule("heap", ms(1)) || w.Reschedule("never", ms(1)) {
+		t.Fatal("Reschedule results wrong")
+	}
+	if _, v, _ := w.Get("heap"); v != 2 {
+		t.Fatalf("Reschedule lost the value: %d", v)
+	}
+	if got := ids(collect(t, w, ms(150))); !slices.Equal(got, []string{"heap"}) {
+		t.Fatalf("fired %v", got)
+	}
+	if w.Remove("heap") || w.Reschedule("heap", ms(300)) {
+		t.Fatal("Remove or Reschedule of a fired entry returned true")
+	}
+	if _, _, ok := w.Get("heap"); ok {
+		t.Fatal("Get found a fired entry")
+	}
+	if got := ids(collect(t, w, ms(200))); !slices.Equal(got, []string{"wheel"}) {
+		t.Fatalf("fired %v", got)
+	}
+}
+
+func TestHandles(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	h := w.AddHandle("a", ms(5), 1)
+	if h2 := w.AddHandle("a", ms(7), 2); h2 != h {
+		t.Fatal("AddHandle of a pending id returned a different handle")
+	}
+	w.Reschedule("a", ms(9000))
+	if !w.RemoveHandle(h) || w.RemoveHandle(h) {
+		t.Fatal("RemoveHandle: want true once, then false")
+	}
+	if w.RemoveHandle(Handle{}) {
+		t.Fatal("the zero Handle removed something")
+	}
+	// A stale handle must not remove the entry that reuses its node.
+	hb := w.AddHandle("b", ms(1), 1)
+	collect(t, w, ms(1))
+	w.Add("c", ms(2), 2)
+	if w.RemoveHandle(hb) || w.Len() != 1 {
+		t.Fatalf("stale handle removed a live entry; Len %d", w.Len())
+	}
+}
+
+func TestNext(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{Tick: time.Millisecond, Slots: 8})
+	if _, ok := w.Next(); ok {
+		t.Fatal("Next ok on an empty wheel")
+	}
+	w.Add("heap", ms(50), 0)
+	if next, _ := w.Next(); !next.Equal(ms(50)) {
+		t.Fatalf("Next = %v, want the heap entry's due time", next.Sub(t0))
+	}
+	w.Add("wheel", ms(2.5), 0)
+	if next, _ := w.Next(); !next.Equal(ms(2.5)) {
+		t.Fatalf("Next = %v, want 2.5ms", next.Sub(t0))
+	}
+	collect(t, w, ms(2.2)) // within the slot, before its entry
+	if next, _ := w.Next(); !next.Equal(ms(2.5)) {
+		t.Fatalf("Next = %v after a partial slot, want 2.5ms", next.Sub(t0))
+	}
+	w.Add("past", ms(1), 0)
+	if next, _ := w.Next(); next.After(ms(1)) {
+		t.Fatalf("Next = %v with an overdue entry at 1ms", next.Sub(t0))
+	}
+}
+
+func TestNextOnLongSlotNeverLate(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	for i := range 200 {
+		w.Add(fmt.Sprint(i), ms(7.999-float64(i)/1000), i)
+	}
+	next, _ := w.Next()
+	if want := ms(7.999 - 0.199); next.After(want) || !next.After(t0) {
+		t.Fatalf("Next = %v, want in (0, %v]", next.Sub(t0), want.Sub(t0))
+	}
+}
+
+func TestReentrantFire(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	w.Add("a", ms(1), 0)
+	w.Add("b", ms(2), 0)
+	w.Add("c", ms(3), 0)
+	var got []string
+	w.Advance(ms(3), func(id string, _ time.Time, _ int) {
+		got = append(got, id)
+		switch id {
+		case "a":
+			w.Remove("b")              // not fired later in this call
+			w.Add("again", ms(0.5), 0) // due now: fires on the next Advance
+			w.Add("later", ms(2.5), 0) // due now: fires on the next Advance
+			w.Add("future", ms(9), 0)  // not due
+			w.Reschedule("c", ms(2.9)) // rescheduled during Advance: next Advance
+		}
+	})
+	if !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("first Advance fired %v", got)
+	}
+	if got := ids(collect(t, w, ms(3))); !slices.Equal(got, []string{"again", "later", "c"}) {
+		t.Fatalf("second Advance fired %v", got)
+	}
+	if w.Len() != 1 {
+		t.Fatalf("Len = %d, want 1", w.Len())
+	}
+	// A fire that re-arms itself at a past time does not loop.
+	n := 0
+	w.Add("loop", ms(1), 0)
+	w.Advance(ms(4), func(id string, _ time.Time, _ int) {
+		n++
+		w.Add(id, ms(1), 0)
+	})
+	if n != 1 {
+		t.Fatalf("self re-arming entry fired %d times in one Advance", n)
+	}
+}
+
+func TestAdvanceFromFirePanics(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	w.Add("a", ms(1), 0)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic")
+		}
+		if err := w.check(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	w.Advance(ms(1), func(string, time.Time, int) { w.Advance(ms(2), nil) })
+}
+
+func TestNewPanicsOnBadOptions(t *testing.T) {
+	t.Parallel()
+	for _, o := range []Options{{Slots: 3}, {Tick: -1}, {Slots: -4}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("New(%+v) did not panic", o)
+				}
+			}()
+			New[int](t0, o)
+		}()
+	}
+}
+
+func TestManyEntries(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{Tick: time.Millisecond, Slots: 64})
+	const n = 20000
+	for i := range n {
+		// Spread over 0–2s, added in a scrambled order.
+		j := (i * 7919) % n
+		w.Add(fmt.Sprint(j), ms(float64(j)/10), j)
+	}
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+	last, count := -1, 0
+	for now := 0.0; now < 2003.3; now += 3.3 {
+		for _, f := range collect(t, w, ms(min(now, 2000))) {
+			if f.v <= last {
+				t.Fatalf("out of order: %d after %d", f.v, last)
+			}
+			last = f.v
+			count++
+		}
+	}
+	if count != n || w.Len() != 0 {
+		t.Fatalf("fired %d of %d, Len %d", count, n, w.Len())
+	}
+}
