@@ -34,6 +34,12 @@ func TestJetStoreR3(t *testing.T) {
 	t.Parallel()
 	c := natstest.RunCluster(t, 3)
 	testStore(t, func(t *testing.T) harness { return jetHarness(t, c.ClientURLs(), 3) })
+	t.Run("BucketConfig", func(t *testing.T) {
+		t.Parallel()
+		js := newJS(t, c.ClientURLs())
+		s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Replicas: 3})
+		checkBucketConfig(t, js, s.Bucket(), kvstore.DefaultPartitions, 3)
+	})
 }
 
 var bucketSeq atomic.Int64
