@@ -151,8 +151,9 @@ func TestInProgressAndLeaseExpiry(t *testing.T) {
 	e.schedule("silent", "s", bridge.HeaderTaskID, "silent-1", bridge.HeaderAckWait, "1s", bridge.HeaderBackoff, "0s")
 	f1 := silent.next(t, 5*time.Second)
 	f2 := silent.next(t, 5*time.Second)
-	if f2.msg.Header.Get(bridge.HeaderAttempt) != "2" || f2.at.Sub(f1.at) < time.Second {
-		t.Errorf("retry after lease: attempt %s after %v", f2.msg.Header.Get(bridge.HeaderAttempt), f2.at.Sub(f1.at))
+	// The lease starts at the claim, which is at or after the due time: no retry before due + ack wait.
+	if f2.msg.Header.Get(bridge.HeaderAttempt) != "2" || f2.at.Sub(dueAt(t, f1.msg)) < time.Second {
+		t.Errorf("retry after lease: attempt %s, %v after the first due time", f2.msg.Header.Get(bridge.HeaderAttempt), f2.at.Sub(dueAt(t, f1.msg)))
 	}
 	// A late ack for attempt 1 is stale and changes nothing.
 	if err := f1.msg.AckSync(); err != nil {
