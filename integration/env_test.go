@@ -22,13 +22,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // env is one test's world: a real JetStream server, a client connection, the task bucket.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *natstest.Server
 	nc    *nats.Conn // the user's side: publishes schedules, consumes fires
 	store *kvstore.JetStore
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	srv := natstest.RunServer(t)
 	nc := natstest.Connect(t, srv.ClientURL())
@@ -44,14 +44,14 @@ func newEnv(t *testing.T) *env {
 }
 
 // testLogger writes the bridge's logs through t.Log.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if !testing.Verbose() {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
