@@ -30,6 +30,7 @@ func TestMapError(t *testing.T) {
 		{"revision mismatch", fmt.Errorf("%w: %w", &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant}, jetstream.ErrKeyRevisionMismatch), kvstore.ErrConflict},
 		{"key not found", jetstream.ErrKeyNotFound, kvstore.ErrNotFound},
 		{"key deleted", jetstream.ErrKeyDeleted, kvstore.ErrNotFound},
+		{"no message", &jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeMessageNotFound}, kvstore.ErrNotFound},
 		{"other", other, other},
 		{"other API error", &jetstream.APIError{Code: 503, ErrorCode: 10008}, nil},
 	} {
@@ -107,6 +108,29 @@ func TestJetStoreOpen(t *testing.T) {
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	t.Run("LastRevision", func(t *testing.T) {
+		// The leader's last revision per partition filter, which Watch waits for before InitDone.
+		s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4})
+		if rev, err := kvstore.LastRevisionForTest(ctx, s, ">"); err != nil || rev != 0 {
+			t.Fatalf("empty bucket: %d, %v", rev, err)
+		}
+		last := map[int]uint64{}
+		var all uint64
+		for i := range 20 {
+			id := fmt.Sprintf("last-%d", i)
+			e := mustCreate(t, s, newTask(id))
+			last[kvstore.Partition(id, 4)], all = e.Revision, e.Revision
+		}
+		for p := range 4 {
+			if rev, err := kvstore.LastRevisionForTest(ctx, s, kvstore.PartitionFilter(p)); err != nil || rev != last[p] {
+				t.Errorf("partition %d: %d, %v; want %d", p, rev, err, last[p])
+			}
+		}
+		if rev, err := kvstore.LastRevisionForTest(ctx, s, ">"); err != nil || rev != all {
+			t.Errorf("all: %d, %v; want %d", rev, err, all)
 		}
 	})
 

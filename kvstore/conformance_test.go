@@ -256,6 +256,48 @@ func testStore(t *testing.T, newHarness func(t *testing.T) harness) {
 		}
 	})
 
+	t.Run("CreateRace", func(t *testing.T) {
+		t.Parallel()
+		s, ctx := newHarness(t).store, testContext(t)
+		const creators = 8
+		entries := make([]kvstore.Entry, creators)
+		errs := make([]error, creators)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range creators {
+			task := newTask("create-race-1")
+			task.Owner = fmt.Sprintf("creator-%d", i)
+			wg.Go(func() {
+				<-start
+				if i%2 == 0 {
+					entries[i], errs[i] = s.Create(ctx, task)
+				} else {
+					entries[i], errs[i] = createAsync(ctx, s, task)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			if err == nil {
+				if winner >= 0 {
+					t.Fatalf("creators %d and %d both won", winner, i)
+				}
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("no creator won: %v", errs)
+		}
+		for i, err := range errs {
+			if i != winner && (!errors.Is(err, kvstore.ErrExists) || entries[i].Revision != entries[winner].Revision ||
+				entries[i].Task.Owner != entries[winner].Task.Owner) {
+				t.Fatalf("creator %d: %v, %+v; want ErrExists and the winner's record", i, err, entries[i])
+			}
+		}
+	})
+
 	t.Run("Watch", func(t *testing.T) {
 		t.Parallel()
 		s, ctx := newHarness(t).store, testContext(t)
@@ -415,6 +457,9 @@ func testStore(t *testing.T, newHarness func(t *testing.T) harness) {
 		}
 		if _, err := s.Get(ctx, "bad-1"); !errors.Is(err, kvstore.ErrCorrupt) {
 			t.Fatalf("Get corrupt: %v, want ErrCorrupt", err)
+		}
+		if _, err := s.Create(ctx, newTask("bad-1")); !errors.Is(err, kvstore.ErrExists) || !errors.Is(err, kvstore.ErrCorrupt) {
+			t.Fatalf("Create over a corrupt record: %v, want ErrExists and ErrCorrupt", err)
 		}
 		// A valid record of another task under this key is corrupt too.
 		other, err := kvstore.EncodeTask(newTask("someone-else"))

@@ -161,9 +161,12 @@ func (s *JetStore) create(ctx context.Context, t *Task, key string, val []byte) 
 		return Entry{}, fmt.Errorf("create %s: %w", t.ID, err)
 	}
 	cur, gerr := s.get(ctx, t.ID, key)
-	if gerr != nil {
-		// Deleted, or unreadable, between the two calls: report the conflict.
-		return Entry{}, fmt.Errorf("create %s: %w (re-read: %v)", t.ID, ErrConflict, gerr)
+	switch {
+	case errors.Is(gerr, ErrNotFound):
+		// Deleted between the two calls: the caller may try again.
+		return Entry{}, fmt.Errorf("create %s: %w (record deleted meanwhile)", t.ID, ErrConflict)
+	case gerr != nil:
+		return Entry{}, fmt.Errorf("create %s: %w, unreadable: %w", t.ID, ErrExists, gerr)
 	}
 	return cur, fmt.Errorf("create %s: %w at revision %d", t.ID, ErrExists, cur.Revision)
 }
@@ -281,7 +284,8 @@ func mapError(err error) error {
 		errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 		return fmt.Errorf("%w: %v", ErrConflict, err)
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted),
+		errors.Is(err, jetstream.ErrMsgNotFound):
 		return ErrNotFound
 	}
 	return err

@@ -1,7 +1,10 @@
 package kvstore
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -23,6 +26,18 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	for _, p := range ps {
 		filters = append(filters, PartitionFilter(p))
 	}
+	// nats.go marks the end of the initial values when the consumer has delivered what was pending
+	// at its creation on the server that hosts it. On a replicated bucket that server may be a
+	// follower that has not yet applied the latest writes, so the watch also waits until it has
+	// seen the revision the stream leader reports as last for its filters.
+	var target uint64
+	for _, f := range filtersOrAll(filters) {
+		last, err := s.lastRevision(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("kvstore: watch %s: %w", s.cfg.Bucket, err)
+		}
+		target = max(target, last)
+	}
 	// nats.go unsubscribes when this context ends (and keeps a goroutine until it does), so it is
 	// cancelled when the watcher stops.
 	wctx, cancel := context.WithCancel(ctx)
@@ -35,16 +50,25 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	drained := make(chan struct{})
 	go func() { // the only reader of kw.Updates()
 		defer close(drained)
-		initDone := false
+		initDone, natsInitDone := false, false
+		var seen uint64 // highest revision delivered
 		for e := range kw.Updates() {
 			ev := jetEvent(e)
+			seen = max(seen, ev.Revision)
 			switch {
+			case initDone:
+				w.push(ev)
 			case ev.Kind == EventInitDone:
-				initDone = true
-			case ev.Kind == EventDelete && !initDone:
-				continue // the marker of a record deleted before the watch: not a current record
+				natsInitDone = true
+			case ev.Kind != EventDelete:
+				// A delete marker before the end of the initial values is a record deleted before
+				// the watch: not a current record.
+				w.push(ev)
 			}
-			w.push(ev)
+			if !initDone && natsInitDone && seen >= target {
+				initDone = true
+				w.push(Event{Kind: EventInitDone})
+			}
 		}
 		w.end()
 	}()
@@ -180,4 +204,49 @@ func (w *watcher) pump(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// filtersOrAll is the key filters of a watch: all keys if there are none.
+func filtersOrAll(filters []string) []string {
+	if len(filters) == 0 {
+		return []string{">"}
+	}
+	return filters
+}
+
+// lastRevision asks the stream leader for the revision of the last message under the key filter
+// (0 if there is none). It is a stream message get, not a direct get: direct gets may be answered
+// by a follower, which may lag.
+func (s *JetStore) lastRevision(ctx context.Context, filter string) (uint64, error) {
+	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	req, err := json.Marshal(struct {
+		LastBySubj string `json:"last_by_subj"`
+	}{s.prefix + filter})
+	if err != nil {
+		return 0, err
+	}
+	pfx := cmp.Or(s.js.Options().APIPrefix, jetstream.DefaultAPIPrefix)
+	msg, err := s.js.Conn().RequestWithContext(ctx, pfx+"STREAM.MSG.GET.KV_"+s.cfg.Bucket, req)
+	if err != nil {
+		return 0, fmt.Errorf("last revision of %s: %w", filter, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("last revision of %s: %w", filter, err)
+	}
+	switch {
+	case resp.Error != nil && errors.Is(mapError(resp.Error), ErrNotFound):
+		return 0, nil
+	case resp.Error != nil:
+		return 0, fmt.Errorf("last revision of %s: %w", filter, resp.Error)
+	case resp.Message == nil:
+		return 0, fmt.Errorf("last revision of %s: empty answer", filter)
+	}
+	return resp.Message.Seq, nil
 }

@@ -57,7 +57,7 @@ func (m *MemStore) Create(ctx context.Context, t *Task) (Entry, error) {
 	if r, ok := m.recs[key]; ok && !r.deleted {
 		cur, err := decodeEntry(t.ID, r.rev, r.val)
 		if err != nil {
-			return Entry{}, fmt.Errorf("create %s: %w (re-read: %v)", t.ID, ErrConflict, err)
+			return Entry{}, fmt.Errorf("create %s: %w, unreadable: %w", t.ID, ErrExists, err)
 		}
 		return cur, fmt.Errorf("create %s: %w at revision %d", t.ID, ErrExists, r.rev)
 	}
