@@ -114,13 +114,17 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 		}
 	}()
 	for range 5 {
-		e, err := b.store.Get(ctx, id)
-		if errors.Is(err, kvstore.ErrNotFound) {
-			return
-		}
-		if err != nil {
-			b.log.Warn("ack: read task", "task_id", id, "err", err)
-			return // the lease runs out and the attempt is retried
+		var err error
+		e, cached := b.fired.take(id, attempt)
+		if !cached {
+			e, err = b.store.Get(ctx, id)
+			if errors.Is(err, kvstore.ErrNotFound) {
+				return
+			}
+			if err != nil {
+				b.log.Warn("ack: read task", "task_id", id, "err", err)
+				return // the lease runs out and the attempt is retried
+			}
 		}
 		nowMs := b.cfg.Now().UnixMilli()
 		var next kvstore.Task
@@ -139,12 +143,16 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 			b.m.acks.WithLabelValues(e.Task.BizType, "stale").Inc()
 			return
 		}
-		if _, err := b.store.Update(ctx, &next, e.Revision); err != nil {
+		rev, err := b.store.Update(ctx, &next, e.Revision)
+		if err != nil {
 			if errors.Is(err, kvstore.ErrConflict) {
 				continue
 			}
 			b.log.Warn("ack: update task", "task_id", id, "err", err)
 			return
+		}
+		if next.Status == kvstore.StatusRunning { // in progress: the attempt goes on
+			b.fired.put(kvstore.Entry{Task: next, Revision: rev})
 		}
 		b.m.acks.WithLabelValues(next.BizType, ackLabel(body.kind, r.noResponders)).Inc()
 		if next.Status == kvstore.StatusDead {

@@ -32,6 +32,7 @@ type Bridge struct {
 	store Store
 	log   *slog.Logger
 	m     *metrics
+	fired *inflight // records this replica claimed, for a read-free ack
 
 	mu       sync.Mutex
 	state    int // 0 new, 1 started, 2 stopped
@@ -68,6 +69,7 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 	return &Bridge{
 		cfg: cfg, nc: nc, js: js, store: store, log: cfg.Logger,
 		m:       newMetrics(cfg.Registerer),
+		fired:   newInflight(),
 		stopped: make(chan struct{}),
 		jobs:    make(chan job),
 		results: make(chan result, 1024),

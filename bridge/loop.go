@@ -142,6 +142,9 @@ func (l *loopState) apply(ev kvstore.Event) {
 		}
 		delete(l.near, id)
 		t := &e.Task
+		if t.Status != kvstore.StatusRunning {
+			l.b.fired.drop(id, e.Revision)
+		}
 		switch {
 		case t.Status == kvstore.StatusWaiting:
 			if t.DueAt-l.nowMs() <= l.b.cfg.PreRead.Milliseconds() {
@@ -156,6 +159,7 @@ func (l *loopState) apply(ev kvstore.Event) {
 			l.wheel.Add(id, l.mono(cmp.Or(t.FinishedAt, t.UpdatedAt)+l.b.cfg.Retention.Milliseconds()), slot{rev: e.Revision, kind: jobRetain})
 		}
 	case kvstore.EventDelete:
+		l.b.fired.drop(ev.ID, ev.Revision)
 		l.wheel.Remove(ev.ID)
 		delete(l.near, ev.ID)
 	case kvstore.EventError:

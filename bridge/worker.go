@@ -90,12 +90,14 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	if err != nil {
 		return
 	}
-	if _, err := b.store.Update(ctx, &claimed, e.Revision); err != nil {
+	rev, err := b.store.Update(ctx, &claimed, e.Revision)
+	if err != nil {
 		if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
 			b.retryLater(job{kind: jobFire, id: j.id, rev: e.Revision}, "claim", err)
 		}
 		return // another replica or an API call got there first
 	}
+	b.fired.put(kvstore.Entry{Task: claimed, Revision: rev})
 	msg := &nats.Msg{
 		Subject: FirePrefix + claimed.BizType,
 		Reply:   ackSubject(b.cfg.ReplicaID, claimed.Attempt, claimed.ID),
