@@ -27,8 +27,10 @@
 //
 // A record's revision is the stream sequence of its message, so revisions grow across all keys.
 // Every write names the revision it expects as the key's last (Nats-Expected-Last-Subject-Sequence):
-// Create expects none (or a delete marker, which nats.go's Create handles), Update and Delete the
-// revision the caller read. A mismatch is ErrConflict, whatever the server reports: code 10071 on
+// Create expects none (or, if the key's last message is a delete marker, that marker), Update and
+// Delete the revision the caller read. Reads (Get, and the re-read after a refused Create) are
+// stream message gets answered by the stream leader, not nats.go's direct gets, which a lagging
+// follower of a replicated bucket may answer with an older revision. A mismatch is ErrConflict, whatever the server reports: code 10071 on
 // a single-replica stream, 10164 on a replicated one; nats.go surfaces these as ErrKeyExists,
 // ErrKeyRevisionMismatch or a bare API error, and one function (mapError) translates them all.
 // The Async variants pipeline the same writes (published at once, completed in order by a few

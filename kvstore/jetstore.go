@@ -3,6 +3,7 @@ package kvstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -151,24 +152,56 @@ func (s *JetStore) Create(ctx context.Context, t *Task) (Entry, error) {
 }
 
 func (s *JetStore) create(ctx context.Context, t *Task, key string, val []byte) (Entry, error) {
-	// kv.Create publishes with expected last subject sequence 0 and, if the key's last message is a
-	// delete or purge marker, retries once on the marker's revision.
-	rev, err := s.kv.Create(ctx, key, val)
+	// On a replicated bucket the leader refuses a write with 10164 while another write to the
+	// same key is proposed but not yet applied, so after a refusal the key may still read as
+	// absent (or as the old delete marker). Then the create is tried again, a few times.
+	const attempts = 10
+	for attempt := 1; ; attempt++ {
+		e, retry, err := s.createOnce(ctx, t, key, val)
+		if !retry || attempt == attempts {
+			return e, err
+		}
+		timer := time.NewTimer(time.Duration(attempt) * 2 * time.Millisecond)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return Entry{}, err
+		}
+	}
+}
+
+// createOnce makes one attempt: expect no message under the key; if the key's last message is a
+// delete marker, expect that instead. (nats.go's kv.Create does the same but reads the marker with
+// a direct get, which a lagging follower of a replicated bucket may answer with the record the
+// marker replaced.) retry reports a conflict without a record to show for it.
+func (s *JetStore) createOnce(ctx context.Context, t *Task, key string, val []byte) (e Entry, retry bool, err error) {
+	ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, 0))
 	if err == nil {
-		return Entry{Task: *t, Revision: rev}, nil
+		return Entry{Task: *t, Revision: ack.Sequence}, false, nil
 	}
 	if err = mapError(err); !errors.Is(err, ErrConflict) {
-		return Entry{}, fmt.Errorf("create %s: %w", t.ID, err)
+		return Entry{}, false, fmt.Errorf("create %s: %w", t.ID, err)
 	}
-	cur, gerr := s.get(ctx, t.ID, key)
+	cur, err := s.leaderLast(ctx, key)
 	switch {
-	case errors.Is(gerr, ErrNotFound):
-		// Deleted between the two calls: the caller may try again.
-		return Entry{}, fmt.Errorf("create %s: %w (record deleted meanwhile)", t.ID, ErrConflict)
-	case gerr != nil:
-		return Entry{}, fmt.Errorf("create %s: %w, unreadable: %w", t.ID, ErrExists, gerr)
+	case errors.Is(err, ErrNotFound):
+		return Entry{}, true, fmt.Errorf("create %s: %w (no record to show)", t.ID, ErrConflict)
+	case err != nil:
+		return Entry{}, false, fmt.Errorf("create %s: read existing: %w", t.ID, err)
+	case cur.deleted:
+		ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, cur.seq))
+		if err != nil {
+			err = mapError(err)
+			return Entry{}, errors.Is(err, ErrConflict), fmt.Errorf("create %s over delete marker %d: %w", t.ID, cur.seq, err)
+		}
+		return Entry{Task: *t, Revision: ack.Sequence}, false, nil
 	}
-	return cur, fmt.Errorf("create %s: %w at revision %d", t.ID, ErrExists, cur.Revision)
+	e, err = decodeEntry(t.ID, cur.seq, cur.data)
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("create %s: %w, unreadable: %w", t.ID, ErrExists, err)
+	}
+	return e, false, fmt.Errorf("create %s: %w at revision %d", t.ID, ErrExists, e.Revision)
 }
 
 // Get returns the current record of id.
@@ -182,11 +215,67 @@ func (s *JetStore) Get(ctx context.Context, id string) (Entry, error) {
 }
 
 func (s *JetStore) get(ctx context.Context, id, key string) (Entry, error) {
-	e, err := s.kv.Get(ctx, key)
-	if err != nil {
-		return Entry{}, fmt.Errorf("get %s: %w", id, mapError(err))
+	m, err := s.leaderLast(ctx, key)
+	if err == nil && m.deleted {
+		err = ErrNotFound
 	}
-	return decodeEntry(id, e.Revision(), e.Value())
+	if err != nil {
+		return Entry{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	return decodeEntry(id, m.seq, m.data)
+}
+
+// leaderMsg is the last message of a key (or key filter) as the stream leader has it.
+type leaderMsg struct {
+	seq     uint64
+	data    []byte
+	deleted bool // a delete or purge marker
+}
+
+// leaderLast reads the last message under a key or key filter with a stream message get, which
+// the stream leader answers. nats.go's kv.Get uses a direct get instead, which any replica may
+// answer: on a replicated bucket a follower that has not applied the latest write yet returns an
+// older revision, or none (seen here right after a CAS conflict on a fresh key). ErrNotFound if
+// there is no message.
+func (s *JetStore) leaderLast(ctx context.Context, filter string) (leaderMsg, error) {
+	req, err := json.Marshal(struct {
+		LastBySubj string `json:"last_by_subj"`
+	}{s.prefix + filter})
+	if err != nil {
+		return leaderMsg{}, err
+	}
+	pfx := cmp.Or(s.js.Options().APIPrefix, jetstream.DefaultAPIPrefix)
+	msg, err := s.js.Conn().RequestWithContext(ctx, pfx+"STREAM.MSG.GET.KV_"+s.cfg.Bucket, req)
+	if err != nil {
+		return leaderMsg{}, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return leaderMsg{}, fmt.Errorf("message get: %w", err)
+	}
+	switch {
+	case resp.Error != nil:
+		return leaderMsg{}, mapError(resp.Error)
+	case resp.Message == nil:
+		return leaderMsg{}, errors.New("message get: empty answer")
+	}
+	m := leaderMsg{seq: resp.Message.Seq, data: resp.Message.Data}
+	if len(resp.Message.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
+		if err != nil {
+			return leaderMsg{}, fmt.Errorf("message get: headers: %w", err)
+		}
+		// As nats.go's kv.Get: an operation header, or a marker the server wrote.
+		m.deleted = h.Get(hdrKVOperation) != "" || h.Get(jetstream.MarkerReasonHeader) != ""
+	}
+	return m, nil
 }
 
 // Update replaces the record of t.ID if its revision is still rev.

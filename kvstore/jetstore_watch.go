@@ -1,9 +1,7 @@
 package kvstore
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -214,39 +212,12 @@ func filtersOrAll(filters []string) []string {
 	return filters
 }
 
-// lastRevision asks the stream leader for the revision of the last message under the key filter
-// (0 if there is none). It is a stream message get, not a direct get: direct gets may be answered
-// by a follower, which may lag.
+// lastRevision is the revision of the last message under the key filter (0 if there is none),
+// as the stream leader knows it.
 func (s *JetStore) lastRevision(ctx context.Context, filter string) (uint64, error) {
-	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	req, err := json.Marshal(struct {
-		LastBySubj string `json:"last_by_subj"`
-	}{s.prefix + filter})
-	if err != nil {
-		return 0, err
-	}
-	pfx := cmp.Or(s.js.Options().APIPrefix, jetstream.DefaultAPIPrefix)
-	msg, err := s.js.Conn().RequestWithContext(ctx, pfx+"STREAM.MSG.GET.KV_"+s.cfg.Bucket, req)
-	if err != nil {
-		return 0, fmt.Errorf("last revision of %s: %w", filter, err)
-	}
-	var resp struct {
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, fmt.Errorf("last revision of %s: %w", filter, err)
-	}
-	switch {
-	case resp.Error != nil && errors.Is(mapError(resp.Error), ErrNotFound):
+	m, err := s.leaderLast(ctx, filter)
+	if errors.Is(err, ErrNotFound) {
 		return 0, nil
-	case resp.Error != nil:
-		return 0, fmt.Errorf("last revision of %s: %w", filter, resp.Error)
-	case resp.Message == nil:
-		return 0, fmt.Errorf("last revision of %s: empty answer", filter)
 	}
-	return resp.Message.Seq, nil
+	return m.seq, err
 }
