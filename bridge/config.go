@@ -43,8 +43,8 @@ type Config struct {
 	// needs no read (default 2s). Tasks further out are indexed without payload.
 	PreRead time.Duration
 
-	// Workers run claims, fires, lease checks and retention deletes (default 64);
-	// AckWorkers apply consumer acks (default 64). Both pipeline store round trips.
+	// Workers run claims, fires, lease checks and retention deletes (default 256);
+	// AckWorkers apply consumer acks (default 256). Both pipeline store round trips.
 	Workers    int
 	AckWorkers int
 
@@ -76,8 +76,8 @@ func (c Config) withDefaults() Config {
 	c.MaxPayload = cmp.Or(c.MaxPayload, 960<<10)
 	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
 	c.PreRead = cmp.Or(c.PreRead, 2*time.Second)
-	c.Workers = cmp.Or(c.Workers, 64)
-	c.AckWorkers = cmp.Or(c.AckWorkers, 64)
+	c.Workers = cmp.Or(c.Workers, 256)
+	c.AckWorkers = cmp.Or(c.AckWorkers, 256)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

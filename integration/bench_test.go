@@ -132,8 +132,14 @@ func BenchmarkFireAck(b *testing.B) {
 	for range b.N {
 		e := newEnv(b)
 		reg := prometheus.NewRegistry()
-		e.startBridge(bridge.Config{Registerer: reg})
-		sub, err := e.nc.Subscribe("ax.fire.burst", func(m *nats.Msg) { _ = m.Ack() })
+		e.startBridge(bridge.Config{Registerer: reg, Workers: envInt("AX_BENCH_WORKERS", 0), AckWorkers: envInt("AX_BENCH_WORKERS", 0)})
+		var received atomic.Int64
+		var lastFire atomic.Int64
+		sub, err := e.nc.Subscribe("ax.fire.burst", func(m *nats.Msg) {
+			_ = m.Ack()
+			received.Add(1)
+			lastFire.Store(time.Now().UnixNano())
+		})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -156,6 +162,7 @@ func BenchmarkFireAck(b *testing.B) {
 		}
 		took := time.Since(due)
 		b.ReportMetric(float64(benchTasks)/took.Seconds(), "tasks/s")
+		b.ReportMetric(float64(benchTasks)/time.Unix(0, lastFire.Load()).Sub(due).Seconds(), "fired/s")
 		_ = sub.Unsubscribe()
 	}
 }
