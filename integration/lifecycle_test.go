@@ -19,10 +19,19 @@ func TestFireOnTimeNeverEarly(t *testing.T) {
 	e.startBridge(bridge.Config{})
 	c := e.consume("ax.fire.orders", func(m *nats.Msg) { _ = m.Ack() })
 
+	// A due time in the past, within the tolerance, fires at once.
+	e.schedule("orders", `{"id":"late"}`, bridge.HeaderTaskID, "order-late",
+		bridge.HeaderDeliverAt, time.Now().Add(-30*time.Second).UTC().Format(time.RFC3339))
+	if f := c.next(t, 5*time.Second); f.msg.Header.Get(bridge.HeaderTaskID) != "order-late" {
+		t.Fatalf("first fire %v, want the overdue task", f.msg.Header)
+	}
+
+	// Delays of 100ms to 3.1s: the near ones keep their payload from the start, the ones beyond the
+	// 2s pre-read window are indexed without it and read back ahead of their due time.
 	const n = 50
 	for i := range n {
 		e.schedule("orders", fmt.Sprintf(`{"id":%d}`, i), bridge.HeaderTaskID, fmt.Sprintf("order-%d", i),
-			bridge.HeaderDelay, strconv.Itoa(100+i*20), "Trace-Id", "t-"+strconv.Itoa(i))
+			bridge.HeaderDelay, strconv.Itoa(100+i*60), "Trace-Id", "t-"+strconv.Itoa(i))
 	}
 	seen := map[string]bool{}
 	for range n {
