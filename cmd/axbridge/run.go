@@ -108,6 +108,9 @@ func startEmbedded(o options, log *slog.Logger) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--listen %q: bad port", o.listen)
 	}
+	if port == 0 {
+		port = server.RANDOM_PORT // nats-server reads 0 as its default port, 4222
+	}
 	dir, err := filepath.Abs(o.dataDir)
 	if err != nil {
 		return nil, err

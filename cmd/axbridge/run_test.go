@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestFlagsFromEnv(t *testing.T) {
+	t.Setenv("AX_ACK_WAIT", "45s")
+	t.Setenv("AX_NATS_URL", "nats://example:4222")
+	o, err := parseFlags([]string{"--max-retry", "5"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ackWait != 45*time.Second || o.natsURL != "nats://example:4222" || o.maxRetry != 5 || o.bucket != "AX_TASKS" {
+		t.Errorf("options %+v", o)
+	}
+	t.Setenv("AX_ACK_WAIT", "soon")
+	if _, err := parseFlags(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "AX_ACK_WAIT") {
+		t.Errorf("bad env value: err %v, want one naming AX_ACK_WAIT", err)
+	}
+}
+
+// The default mode as a newcomer runs it: embedded server, bridge on it, a task scheduled with a
+// plain publish fires, and a cancelled context stops everything cleanly.
+func TestRunEmbedded(t *testing.T) {
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	dir := t.TempDir()
+	go func() {
+		err := run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0", "--log-format", "json"}, pw)
+		pw.Close()
+		done <- err
+	}()
+	urls := make(chan string, 1)
+	logged := make(chan struct{})
+	defer func() { cancel(); <-logged }()
+	go func() {
+		defer close(logged)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var line struct{ Msg, URL string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "embedded NATS server running" {
+				urls <- line.URL
+			}
+			t.Log(sc.Text())
+		}
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case err := <-done:
+		t.Fatalf("run returned early: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("embedded server did not start")
+	}
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	fires, err := nc.SubscribeSync("ax.fire.orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bridge may still be starting: the intake stream keeps the message until it is.
+	m := nats.NewMsg("ax.schedule.orders")
+	m.Header.Set("Ax-Task-Id", "order-42")
+	m.Header.Set("Ax-Delay", "200ms")
+	m.Data = []byte(`{"id":42}`)
+	js, _ := nc.JetStream()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := js.PublishMsg(m); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("schedule: %v", err)
+		}
+		<-time.After(50 * time.Millisecond) // the stream does not exist until the bridge made it
+	}
+	got, err := fires.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Data) != `{"id":42}` || got.Header.Get("Ax-Task-Id") != "order-42" {
+		t.Errorf("fired %q %v", got.Data, got.Header)
+	}
+	_ = got.Respond([]byte("+ACK"))
+	nc.Close()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}
