@@ -1,0 +1,673 @@
+package kvstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// DecodeTask decodes a record written by EncodeTask. The error wraps ErrUnknownVersion when the
+// record names another version, ErrCorrupt for anything else wrong, and says what. Empty payload,
+// backoff and header come back nil. The payload is a copy: b may be reused.
+//
+// The metadata must be strict JSON (RFC 8259) with field names spelled exactly; a field set to
+// null counts as absent; unknown fields are skipped; of repeated fields the last counts; invalid
+// UTF-8 and lone surrogates in strings become U+FFFD.
+func DecodeTask(b []byte) (Task, error) {
+	if len(b) == 0 {
+		return Task{}, fmt.Errorf("%w: empty value", ErrCorrupt)
+	}
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 {
+		return Task{}, fmt.Errorf("%w: no newline after the metadata", ErrCorrupt)
+	}
+	meta, payload := b[:nl], b[nl+1:]
+	var m metaFields
+	d := metaDecoder{b: meta}
+	if err := d.object(&m); err != nil {
+		if v, ok := probeVersion(meta); ok && v != "1" {
+			return Task{}, fmt.Errorf("%w: version %s (this build reads version %d)", ErrUnknownVersion, v, recordVersion)
+		}
+		return Task{}, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
+	}
+	if m.seen&fV == 0 {
+		return Task{}, fmt.Errorf("%w: missing field %q", ErrCorrupt, "v")
+	}
+	if m.v != recordVersion {
+		return Task{}, fmt.Errorf("%w: version %d (this build reads version %d)", ErrUnknownVersion, m.v, recordVersion)
+	}
+	if err := m.check(); err != nil {
+		return Task{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	t := Task{
+		ID:         m.id,
+		BizType:    m.biz,
+		Header:     m.hdr,
+		Status:     m.status,
+		DueAt:      m.due,
+		Attempt:    int(m.attempt),
+		MaxRetry:   int(m.maxRetry),
+		AckWait:    time.Duration(m.ackWaitMS) * time.Millisecond,
+		Backoff:    m.backoff,
+		LeaseUntil: m.leaseUntil,
+		Owner:      m.owner,
+		CreatedAt:  m.created,
+		UpdatedAt:  m.updated,
+		FinishedAt: m.finished,
+		LastError:  m.lastError,
+	}
+	if len(payload) > 0 {
+		t.Payload = bytes.Clone(payload)
+	}
+	return t, nil
+}
+
+// Bits of metaFields.seen: the required fields.
+const (
+	fV = 1 << iota
+	fID
+	fBiz
+	fStatus
+	fDue
+	fAttempt
+	fMaxRetry
+	fAckWait
+	fBackoff
+	fCreated
+	fUpdated
+)
+
+var requiredFields = []struct {
+	bit  uint16
+	name string
+}{
+	{fID, "id"}, {fBiz, "biz"}, {fStatus, "status"}, {fDue, "due"}, {fAttempt, "attempt"},
+	{fMaxRetry, "max_retry"}, {fAckWait, "ack_wait_ms"}, {fBackoff, "backoff_ms"},
+	{fCreated, "created"}, {fUpdated, "updated"},
+}
+
+// metaFields is the metadata line as read, before checks.
+type metaFields struct {
+	seen                                   uint16
+	v, due, attempt, maxRetry, ackWaitMS   int64
+	leaseUntil, created, updated, finished int64
+	id, biz, owner, lastError              string
+	status                                 Status
+	backoff                                []time.Duration
+	hdr                                    map[string][]string
+}
+
+// check reports the first missing or out-of-range field.
+func (m *metaFields) check() error {
+	for _, f := range requiredFields {
+		if m.seen&f.bit == 0 {
+			return fmt.Errorf("missing field %q", f.name)
+		}
+	}
+	switch {
+	case m.id == "":
+		return fmt.Errorf("empty id")
+	case !validStatus(m.status):
+		return fmt.Errorf("unknown status %q", m.status)
+	case m.attempt < 0 || m.attempt > math.MaxInt:
+		return fmt.Errorf("attempt %d is negative", m.attempt)
+	case m.maxRetry < 0 || m.maxRetry > math.MaxInt:
+		return fmt.Errorf("max_retry %d is negative", m.maxRetry)
+	case m.ackWaitMS < 0 || m.ackWaitMS > maxDurationMS:
+		return fmt.Errorf("ack_wait_ms %d out of range [0, %d]", m.ackWaitMS, maxDurationMS)
+	}
+	return nil
+}
+
+// maxSkipDepth bounds the nesting of unknown fields' values.
+const maxSkipDepth = 64
+
+// metaDecoder parses the metadata line: one JSON object of known, flat fields.
+type metaDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *metaDecoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("offset %d: "+format, append([]any{d.i}, args...)...)
+}
+
+func (d *metaDecoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\r', '\n':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek skips white space and returns the next byte, 0 at the end.
+func (d *metaDecoder) peek() byte {
+	d.ws()
+	if d.i < len(d.b) {
+		return d.b[d.i]
+	}
+	return 0
+}
+
+func (d *metaDecoder) expect(c byte) error {
+	if d.peek() != c {
+		return d.errorf("want %q", c)
+	}
+	d.i++
+	return nil
+}
+
+// literal consumes word (true, false, null) if it comes next.
+func (d *metaDecoder) literal(word string) bool {
+	d.ws()
+	if len(d.b)-d.i >= len(word) && string(d.b[d.i:d.i+len(word)]) == word {
+		d.i += len(word)
+		return true
+	}
+	return false
+}
+
+func (d *metaDecoder) object(m *metaFields) error {
+	if err := d.expect('{'); err != nil {
+		return err
+	}
+	if d.peek() != '}' {
+		for {
+			key, err := d.str()
+			if err != nil {
+				return err
+			}
+			if err := d.expect(':'); err != nil {
+				return err
+			}
+			if err := d.field(m, key); err != nil {
+				return err
+			}
+			if d.peek() != ',' {
+				break
+			}
+			d.i++
+		}
+	}
+	if err := d.expect('}'); err != nil {
+		return err
+	}
+	if d.ws(); d.i != len(d.b) {
+		return d.errorf("data after the object")
+	}
+	return nil
+}
+
+// field reads the value of one field into m.
+func (d *metaDecoder) field(m *metaFields, key []byte) error {
+	if d.literal("null") {
+		m.unset(string(key))
+		return nil
+	}
+	var err error
+	switch string(key) {
+	case "v":
+		m.v, err = d.int("v")
+		m.seen |= fV
+	case "id":
+		m.id, err = d.string("id")
+		m.seen |= fID
+	case "biz":
+		m.biz, err = d.string("biz")
+		m.seen |= fBiz
+	case "status":
+		var s []byte
+		if s, err = d.strField("status"); err == nil {
+			m.status = statusOf(s)
+		}
+		m.seen |= fStatus
+	case "due":
+		m.due, err = d.int("due")
+		m.seen |= fDue
+	case "attempt":
+		m.attempt, err = d.int("attempt")
+		m.seen |= fAttempt
+	case "max_retry":
+		m.maxRetry, err = d.int("max_retry")
+		m.seen |= fMaxRetry
+	case "ack_wait_ms":
+		m.ackWaitMS, err = d.int("ack_wait_ms")
+		m.seen |= fAckWait
+	case "backoff_ms":
+		m.backoff, err = d.backoff()
+		m.seen |= fBackoff
+	case "lease_until":
+		m.leaseUntil, err = d.int("lease_until")
+	case "owner":
+		m.owner, err = d.string("owner")
+	case "created":
+		m.created, err = d.int("created")
+		m.seen |= fCreated
+	case "updated":
+		m.updated, err = d.int("updated")
+		m.seen |= fUpdated
+	case "finished":
+		m.finished, err = d.int("finished")
+	case "last_error":
+		m.lastError, err = d.string("last_error")
+	case "hdr":
+		m.hdr, err = d.header()
+	default:
+		err = d.skip(0)
+	}
+	return err
+}
+
+// unset handles a field given as null: it counts as absent.
+func (m *metaFields) unset(key string) {
+	switch key {
+	case "v":
+		m.seen &^= fV
+	case "id":
+		m.seen &^= fID
+	case "biz":
+		m.seen &^= fBiz
+	case "status":
+		m.seen &^= fStatus
+	case "due":
+		m.seen &^= fDue
+	case "attempt":
+		m.seen &^= fAttempt
+	case "max_retry":
+		m.seen &^= fMaxRetry
+	case "ack_wait_ms":
+		m.seen &^= fAckWait
+	case "backoff_ms":
+		m.seen &^= fBackoff
+	case "created":
+		m.seen &^= fCreated
+	case "updated":
+		m.seen &^= fUpdated
+	case "lease_until":
+		m.leaseUntil = 0
+	case "owner":
+		m.owner = ""
+	case "finished":
+		m.finished = 0
+	case "last_error":
+		m.lastError = ""
+	case "hdr":
+		m.hdr = nil
+	}
+}
+
+// statusOf returns the status named by s, without allocating for the five known ones.
+func statusOf(s []byte) Status {
+	switch Status(s) {
+	case StatusWaiting:
+		return StatusWaiting
+	case StatusRunning:
+		return StatusRunning
+	case StatusSuccess:
+		return StatusSuccess
+	case StatusDead:
+		return StatusDead
+	case StatusCancelled:
+		return StatusCancelled
+	}
+	return Status(s)
+}
+
+// int reads a JSON integer that fits an int64 (no fraction, no exponent).
+func (d *metaDecoder) int(field string) (int64, error) {
+	d.ws()
+	start := d.i
+	neg := d.i < len(d.b) && d.b[d.i] == '-'
+	if neg {
+		d.i++
+	}
+	limit := uint64(math.MaxInt64)
+	if neg {
+		limit++
+	}
+	digits := d.i
+	var n uint64
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		c := uint64(d.b[d.i] - '0')
+		if n > (limit-c)/10 {
+			d.i = start
+			return 0, d.errorf("field %q: integer out of range", field)
+		}
+		n = n*10 + c
+		d.i++
+	}
+	if d.i == digits || (d.b[digits] == '0' && d.i-digits > 1) ||
+		(d.i < len(d.b) && (d.b[d.i] == '.' || d.b[d.i] == 'e' || d.b[d.i] == 'E')) {
+		d.i = start
+		return 0, d.errorf("field %q: want an integer", field)
+	}
+	if neg {
+		return int64(-n), nil // -(1<<63) wraps to itself
+	}
+	return int64(n), nil
+}
+
+func (d *metaDecoder) string(field string) (string, error) {
+	s, err := d.strField(field)
+	return string(s), err
+}
+
+func (d *metaDecoder) strField(field string) ([]byte, error) {
+	if d.peek() != '"' {
+		return nil, d.errorf("field %q: want a string", field)
+	}
+	return d.str()
+}
+
+// str reads a JSON string. The result aliases the input unless the string has escapes or invalid
+// UTF-8 (which becomes U+FFFD).
+func (d *metaDecoder) str() ([]byte, error) {
+	if err := d.expect('"'); err != nil {
+		return nil, err
+	}
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			return d.b[start : d.i-1], nil
+		case c == '\\' || c < 0x20:
+			return d.strSlow(start)
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(d.b[d.i:])
+			if r == utf8.RuneError && size == 1 {
+				return d.strSlow(start)
+			}
+			d.i += size
+		default:
+			d.i++
+		}
+	}
+	return nil, d.errorf("unterminated string")
+}
+
+// strSlow continues str at d.i, the first byte that needs work, into a new buffer.
+func (d *metaDecoder) strSlow(start int) ([]byte, error) {
+	out := make([]byte, d.i-start, d.i-start+16)
+	copy(out, d.b[start:d.i])
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			return out, nil
+		case c < 0x20:
+			return nil, d.errorf("control character %#x in a string", c)
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(d.b[d.i:])
+			out = utf8.AppendRune(out, r) // RuneError for a bad byte
+			d.i += size
+		case c != '\\':
+			out = append(out, c)
+			d.i++
+		default:
+			if d.i+1 >= len(d.b) {
+				return nil, d.errorf("unterminated string")
+			}
+			e := d.b[d.i+1]
+			d.i += 2
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(d.b[d.i:])
+				if !ok {
+					return nil, d.errorf("bad \\u escape")
+				}
+				d.i += 4
+				if utf16.IsSurrogate(r) {
+					r = utf8.RuneError
+					if rest := d.b[d.i:]; len(rest) >= 6 && rest[0] == '\\' && rest[1] == 'u' {
+						if r2, ok := hex4(rest[2:]); ok {
+							if pair := utf16.DecodeRune(d.runeBefore(), r2); pair != utf8.RuneError {
+								r = pair
+								d.i += 6
+							}
+						}
+					}
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return nil, d.errorf("bad escape \\%c", e)
+			}
+		}
+	}
+	return nil, d.errorf("unterminated string")
+}
+
+// runeBefore re-reads the \uXXXX escape that ends at d.i.
+func (d *metaDecoder) runeBefore() rune {
+	r, _ := hex4(d.b[d.i-4:])
+	return r
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// backoff reads backoff_ms: a list of milliseconds, each a valid duration. An empty list is nil.
+func (d *metaDecoder) backoff() ([]time.Duration, error) {
+	if err := d.expect('['); err != nil {
+		return nil, fmt.Errorf("field %q: %w", "backoff_ms", err)
+	}
+	var list []time.Duration
+	if d.peek() != ']' {
+		for {
+			ms, err := d.int("backoff_ms")
+			if err != nil {
+				return nil, err
+			}
+			if ms < 0 || ms > maxDurationMS {
+				return nil, fmt.Errorf("backoff_ms[%d] %d out of range [0, %d]", len(list), ms, maxDurationMS)
+			}
+			list = append(list, time.Duration(ms)*time.Millisecond)
+			if d.peek() != ',' {
+				break
+			}
+			d.i++
+		}
+	}
+	if err := d.expect(']'); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// header reads hdr: an object of lists of strings. Keys with an empty or null list are dropped;
+// an empty object is nil.
+func (d *metaDecoder) header() (map[string][]string, error) {
+	if err := d.expect('{'); err != nil {
+		return nil, fmt.Errorf("field %q: %w", "hdr", err)
+	}
+	var h map[string][]string
+	if d.peek() != '}' {
+		for {
+			key, err := d.strField("hdr")
+			if err != nil {
+				return nil, err
+			}
+			if err := d.expect(':'); err != nil {
+				return nil, err
+			}
+			vals, err := d.headerValues()
+			if err != nil {
+				return nil, err
+			}
+			if len(vals) > 0 {
+				if h == nil {
+					h = make(map[string][]string)
+				}
+				h[string(key)] = vals
+			} else {
+				delete(h, string(key))
+			}
+			if d.peek() != ',' {
+				break
+			}
+			d.i++
+		}
+	}
+	if err := d.expect('}'); err != nil {
+		return nil, err
+	}
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return h, nil
+}
+
+func (d *metaDecoder) headerValues() ([]string, error) {
+	if d.literal("null") {
+		return nil, nil
+	}
+	if err := d.expect('['); err != nil {
+		return nil, fmt.Errorf("field %q: %w", "hdr", err)
+	}
+	var vals []string
+	if d.peek() != ']' {
+		for {
+			v, err := d.string("hdr")
+			if err != nil {
+				return nil, err
+			}
+			vals = append(vals, v)
+			if d.peek() != ',' {
+				break
+			}
+			d.i++
+		}
+	}
+	return vals, d.expect(']')
+}
+
+// skip reads over any JSON value (an unknown field's).
+func (d *metaDecoder) skip(depth int) error {
+	if depth > maxSkipDepth {
+		return d.errorf("nested deeper than %d", maxSkipDepth)
+	}
+	switch d.peek() {
+	case '"':
+		_, err := d.str()
+		return err
+	case '{', '[':
+		open := d.b[d.i]
+		close := byte('}')
+		if open == '[' {
+			close = ']'
+		}
+		d.i++
+		if d.peek() != close {
+			for {
+				if open == '{' {
+					if _, err := d.strField("key"); err != nil {
+						return err
+					}
+					if err := d.expect(':'); err != nil {
+						return err
+					}
+				}
+				if err := d.skip(depth + 1); err != nil {
+					return err
+				}
+				if d.peek() != ',' {
+					break
+				}
+				d.i++
+			}
+		}
+		return d.expect(close)
+	}
+	if d.literal("true") || d.literal("false") || d.literal("null") {
+		return nil
+	}
+	return d.number()
+}
+
+// number reads over a JSON number.
+func (d *metaDecoder) number() error {
+	start := d.i
+	digits := func() int {
+		n := 0
+		for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+			d.i++
+			n++
+		}
+		return n
+	}
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		d.i++
+	}
+	first := d.i
+	if n := digits(); n == 0 || (n > 1 && d.b[first] == '0') {
+		d.i = start
+		return d.errorf("want a value")
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if digits() == 0 {
+			return d.errorf("bad number")
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if digits() == 0 {
+			return d.errorf("bad number")
+		}
+	}
+	return nil
+}
+
+// probeVersion pulls "v" out of metadata that did not decode as a version 1 record, so that a
+// record of a later version is reported as such rather than as corrupt.
+func probeVersion(meta []byte) (string, bool) {
+	var p struct {
+		V json.RawMessage `json:"v"`
+	}
+	if json.Unmarshal(meta, &p) != nil || len(p.V) == 0 || (p.V[0] != '-' && (p.V[0] < '0' || p.V[0] > '9')) {
+		return "", false
+	}
+	return string(p.V), true
+}
