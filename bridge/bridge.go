@@ -132,6 +132,10 @@ func (b *Bridge) Start(ctx context.Context) error {
 		b.workers.Add(1)
 		go b.ackWorker(workCtx)
 	}
+	if p, ok := b.store.(markerPurger); ok {
+		b.workers.Add(1)
+		go b.purgeMarkers(loopCtx, p, b.cfg.PurgeInterval)
+	}
 	b.consume, err = cons.Consume(b.onSchedule, jetstream.PullMaxMessages(2000),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			b.log.Debug("intake consumer", "err", err)

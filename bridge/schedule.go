@@ -191,6 +191,8 @@ func headerValue(h nats.Header, k string) (string, bool) {
 }
 
 // parseDuration accepts a Go duration ("1500ms", "30m") or an integer number of milliseconds.
+// Records keep whole milliseconds, so a finer duration is rounded up (never early, and a
+// repeated schedule compares equal to the stored task).
 func parseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -207,6 +209,9 @@ func parseDuration(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, fmt.Errorf("want a duration like 1500ms or 30m, or whole milliseconds")
+	}
+	if r := d % time.Millisecond; r > 0 && d < math.MaxInt64-time.Millisecond {
+		d += time.Millisecond - r
 	}
 	return d, nil
 }

@@ -50,9 +50,9 @@ func TestParseScheduleValid(t *testing.T) {
 			}
 		}},
 		{"policy and caller headers", nats.Header{HeaderTaskID: {"order-42"}, HeaderMaxRetry: {"0"}, HeaderAckWait: {"5s"},
-			HeaderBackoff: {"1s, 2500ms,3000"}, "Trace": {"a", "b"}}, func(t *testing.T, task kvstore.Task) {
-			if task.ID != "order-42" || task.MaxRetry != 0 || task.AckWait != 5*time.Second ||
-				len(task.Backoff) != 3 || task.Backoff[1] != 2500*time.Millisecond || task.Backoff[2] != 3*time.Second {
+			HeaderBackoff: {"1s, 2500ms,3000,1500us"}, "Trace": {"a", "b"}}, func(t *testing.T, task kvstore.Task) {
+			if task.ID != "order-42" || task.MaxRetry != 0 || task.AckWait != 5*time.Second || len(task.Backoff) != 4 ||
+				task.Backoff[1] != 2500*time.Millisecond || task.Backoff[2] != 3*time.Second || task.Backoff[3] != 2*time.Millisecond {
 				t.Errorf("task = %+v", task)
 			}
 			if len(task.Header) != 1 || len(task.Header["Trace"]) != 2 {

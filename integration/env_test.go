@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +19,20 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(cleanupAfter{m})
+}
+
+// cleanupAfter removes the bridge binary built for the subprocess tests once they all ran.
+type cleanupAfter struct{ m *testing.M }
+
+func (c cleanupAfter) Run() int {
+	code := c.m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	return code
+}
 
 // env is one test's world: a real JetStream server, a client connection, the task bucket.
 type env struct {

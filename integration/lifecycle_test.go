@@ -1,12 +1,15 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/kvstore"
@@ -205,4 +208,35 @@ func TestReplyBodiesAck(t *testing.T) {
 	e.schedule("empty", "x", bridge.HeaderTaskID, "empty-1")
 	e.waitStatus("cli-1", kvstore.StatusSuccess, 5*time.Second)
 	e.waitStatus("empty-1", kvstore.StatusSuccess, 5*time.Second)
+}
+
+// Finished records stay readable for the retention time, then are deleted; the delete markers
+// that leaves are purged later, so the bucket does not grow with every task ever run.
+func TestRetentionDeletesAndPurges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startBridge(bridge.Config{Retention: time.Second, PurgeInterval: time.Second})
+	e.consume("ax.fire.short", func(m *nats.Msg) { _ = m.Ack() })
+	e.schedule("short", "x", bridge.HeaderTaskID, "short-1")
+	done := e.waitStatus("short-1", kvstore.StatusSuccess, 5*time.Second)
+	if !checkFor(10*time.Second, func() bool {
+		_, err := e.store.Get(context.Background(), "short-1")
+		return errors.Is(err, kvstore.ErrNotFound)
+	}) {
+		t.Fatal("finished record not deleted after its retention")
+	}
+	if gone := time.Since(time.UnixMilli(done.Task.FinishedAt)); gone < time.Second {
+		t.Errorf("deleted %v after finishing, before the 1s retention", gone)
+	}
+	js, _ := jetstream.New(e.nc)
+	if !checkFor(15*time.Second, func() bool {
+		s, err := js.Stream(context.Background(), "KV_"+kvstore.DefaultBucket)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	}) {
+		t.Fatal("delete marker not purged")
+	}
 }

@@ -139,6 +139,7 @@ func TestBridgeKill9(t *testing.T) {
 
 var (
 	buildOnce sync.Once
+	binDir    string // removed by TestMain
 	binPath   string
 	buildErr  error
 )
@@ -147,12 +148,11 @@ var (
 func buildBridge(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "axbridge-bin")
-		if err != nil {
-			buildErr = err
+		binDir, buildErr = os.MkdirTemp("", "axbridge-bin")
+		if buildErr != nil {
 			return
 		}
-		binPath = filepath.Join(dir, "axbridge")
+		binPath = filepath.Join(binDir, "axbridge")
 		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/axbridge").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
