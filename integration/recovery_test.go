@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,10 +132,11 @@ func TestBridgeKill9(t *testing.T) {
 	}
 	p.kill9(t)
 	before := log.fired()
-	startProcess(t, bin, e.srv.ClientURL())
+	p2 := startProcess(t, bin, e.srv.ClientURL())
 	e.waitAll(ids, kvstore.StatusSuccess, 60*time.Second)
 	repeats := log.check(t, ids)
 	t.Logf("%d tasks, %d fired before kill -9, %d repeated fires", len(ids), before, repeats)
+	p2.stop(t)
 }
 
 var (
@@ -196,6 +198,11 @@ func startProcess(t *testing.T, bin, url string) *process {
 		close(p.done)
 	}()
 	t.Cleanup(func() {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-p.done:
@@ -212,6 +219,22 @@ func startProcess(t *testing.T, bin, url string) *process {
 		t.Fatal("bridge process not ready within 30s")
 	}
 	return p
+}
+
+// stop sends SIGTERM and expects a graceful exit with status 0.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("bridge did not stop within 15s of SIGTERM")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
 }
 
 func (p *process) kill9(t *testing.T) {

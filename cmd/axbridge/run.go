@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		"bucket", o.bucket, "stream", o.stream, "replica", b.ReplicaID())
 
 	<-ctx.Done()
-	log.Info("stopping", "timeout", o.stopTimeout)
+	log.Info("stopping", "timeout", o.stopTimeout.String())
 	stopCtx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
 	defer cancel()
 	return b.Stop(stopCtx)
