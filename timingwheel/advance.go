@@ -10,6 +10,7 @@ import (
 // (an entry's due time, or the slot boundary covering it; never later than the
 // earliest due entry), ok=false when empty.
 func (w *Wheel[V]) Next() (time.Time, bool) {
+	w.purgeTop()
 	if w.heads[w.overdueList()] != nilIdx {
 		return w.abs(w.overdueMin), true
 	}
@@ -75,7 +76,7 @@ func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v 
 		if d := w.nextOccupied(int((w.cur + 1) & w.mask)); d >= 0 {
 			next = min(next, w.cur+1+int64(d))
 		}
-		if len(w.heap) > 0 {
+		if w.purgeTop(); len(w.heap) > 0 {
 			next = min(next, w.tickOf(w.slab.at(w.heap[0]).due))
 		}
 		w.cur = next
@@ -92,7 +93,7 @@ func (w *Wheel[V]) endAdvance() {
 // migrate moves heap entries whose tick has come within the horizon into
 // their slots. They keep their sequence numbers.
 func (w *Wheel[V]) migrate() {
-	for len(w.heap) > 0 {
+	for w.purgeTop(); len(w.heap) > 0; w.purgeTop() {
 		i := w.heap[0]
 		t := w.tickOf(w.slab.at(i).due)
 		if t-w.cur > w.mask {

@@ -42,10 +42,18 @@ func (w *Wheel[V]) check() error {
 			}
 		}
 	}
+	zombies := 0
 	for pos, i := range w.heap {
 		n := w.slab.at(i)
-		seen++
-		if n.next != inHeap || int(n.prev) != pos || n.gen&1 == 0 {
+		if n.next == zombie {
+			zombies++
+			if int(n.prev) != pos || n.gen&1 != 0 {
+				return fmt.Errorf("zombie heap[%d] = node %d with prev %d gen %d", pos, i, n.prev, n.gen)
+			}
+		} else {
+			seen++
+		}
+		if n.next != zombie && (n.next != inHeap || int(n.prev) != pos || n.gen&1 == 0) {
 			return fmt.Errorf("heap[%d] = node %d with next %d prev %d gen %d", pos, i, n.next, n.prev, n.gen)
 		}
 		if t := w.tickOf(n.due); t-w.cur <= w.mask {
@@ -54,6 +62,9 @@ func (w *Wheel[V]) check() error {
 		if pos > 0 && w.heapLess(i, w.heap[(pos-1)/4]) {
 			return fmt.Errorf("heap order broken at %d", pos)
 		}
+	}
+	if zombies != w.zombies {
+		return fmt.Errorf("%d zombies in the heap, counted %d", zombies, w.zombies)
 	}
 	if seen != w.index.count {
 		return fmt.Errorf("%d linked nodes, index holds %d", seen, w.index.count)

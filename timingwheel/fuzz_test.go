@@ -86,6 +86,7 @@ func runModel(data []byte) error {
 	opts := Options{Tick: ticks[int(in.byte())%len(ticks)], Slots: slotCounts[int(in.byte())%len(slotCounts)]}
 	start := time.Unix(1_000_000, 0)
 	w := New[int](start, opts)
+	w.zombieFloor = int(in.byte() % 4)
 	m := &model{pending: map[string]modelEntry{}}
 	var handles []handleRef
 	vals := 0

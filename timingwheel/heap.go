@@ -58,6 +58,40 @@ func (w *Wheel[V]) heapDown(pos int, i int32) {
 	w.heapSet(pos, i)
 }
 
+// purgeTop frees zombies at the top of the heap.
+func (w *Wheel[V]) purgeTop() {
+	for len(w.heap) > 0 {
+		i := w.heap[0]
+		if w.slab.at(i).next != zombie {
+			return
+		}
+		w.heapRemove(0)
+		w.zombies--
+		w.slab.push(i)
+	}
+}
+
+// compactHeap frees all zombies and restores the heap order in O(n).
+func (w *Wheel[V]) compactHeap() {
+	live := w.heap[:0]
+	for _, i := range w.heap {
+		if w.slab.at(i).next == zombie {
+			w.slab.push(i)
+			continue
+		}
+		live = append(live, i)
+	}
+	clear(w.heap[len(live):])
+	w.heap = live
+	w.zombies = 0
+	for pos, i := range w.heap {
+		w.slab.at(i).prev = int32(pos)
+	}
+	for pos := (len(w.heap) - 2) / 4; pos >= 0; pos-- {
+		w.heapDown(pos, w.heap[pos])
+	}
+}
+
 // heapRemove takes the node at position pos out of the heap.
 func (w *Wheel[V]) heapRemove(pos int) {
 	last := len(w.heap) - 1

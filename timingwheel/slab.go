@@ -5,6 +5,7 @@ package timingwheel
 const (
 	nilIdx    int32 = -1 // end of a list
 	inHeap    int32 = -2 // node.next marker: the node is in the heap, node.prev is its heap position
+	zombie    int32 = -3 // node.next marker: removed while in the heap, freed when popped or compacted
 	chunkBits       = 10
 	chunkSize       = 1 << chunkBits
 )
@@ -15,7 +16,7 @@ type node[V any] struct {
 	v    V
 	id   string
 	due  int64  // nanoseconds since start
-	next int32  // list successor, inHeap, or free-list link
+	next int32  // list successor, inHeap, zombie, or free-list link
 	prev int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
 	gen  uint32 // odd while pending, even while free; bumped on alloc and free
 	seq  uint32 // insertion order, assigned on Add and Reschedule
@@ -50,12 +51,24 @@ func (s *slab[V]) alloc() int32 {
 	return i
 }
 
+// release ends node i's pending life: it forgets its id and value and its
+// handles go stale.
 func (s *slab[V]) release(i int32) {
+	s.retire(i)
+	s.push(i)
+}
+
+func (s *slab[V]) retire(i int32) {
 	n := s.at(i)
 	var zero V
 	n.v = zero
 	n.id = ""
 	n.gen++
+}
+
+// push puts a retired node on the free list.
+func (s *slab[V]) push(i int32) {
+	n := s.at(i)
 	n.next = s.free
 	n.prev = nilIdx
 	s.free = i

@@ -46,6 +46,10 @@ type Wheel[V any] struct {
 	heads    []int32
 	occupied []uint64 // bit per wheel slot: list not empty
 	heap     []int32  // entries due at or past cur+Slots ticks
+	zombies  int      // removed entries still in the heap
+	// zombieFloor is the zombie count below which the heap is never
+	// compacted; tests lower it.
+	zombieFloor int
 
 	now        int64 // highest time passed to Advance, ns since start
 	cur        int64 // tick of the slot Advance resumes at
@@ -79,12 +83,13 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 		panic(err)
 	}
 	w := &Wheel[V]{
-		start:      start,
-		tick:       int64(opts.Tick),
-		mask:       int64(opts.Slots - 1),
-		heads:      make([]int32, opts.Slots+1),
-		occupied:   make([]uint64, (opts.Slots+63)/64),
-		overdueMin: math.MaxInt64,
+		start:       start,
+		tick:        int64(opts.Tick),
+		mask:        int64(opts.Slots - 1),
+		heads:       make([]int32, opts.Slots+1),
+		occupied:    make([]uint64, (opts.Slots+63)/64),
+		overdueMin:  math.MaxInt64,
+		zombieFloor: 256,
 	}
 	for i := range w.heads {
 		w.heads[i] = nilIdx
@@ -153,9 +158,8 @@ func (w *Wheel[V]) Remove(id string) bool {
 	if !ok {
 		return false
 	}
-	w.unlink(i)
 	w.index.deleteAt(pos)
-	w.slab.release(i)
+	w.drop(i)
 	return true
 }
 
@@ -168,10 +172,28 @@ func (w *Wheel[V]) RemoveHandle(h Handle) bool {
 	if n.gen != h.gen {
 		return false
 	}
-	w.unlink(h.idx)
 	w.index.deleteAt(w.index.findNode(h.idx, w.index.hash(n.id)))
-	w.slab.release(h.idx)
+	w.drop(h.idx)
 	return true
+}
+
+// drop ends the pending life of node i, already out of the index. A node in
+// the heap stays there as a zombie, like a stopped runtime timer: taking it
+// out of the middle would cost a sift over cold nodes. Zombies are freed when
+// they reach the top, or all at once when they pass a quarter of the heap.
+func (w *Wheel[V]) drop(i int32) {
+	n := w.slab.at(i)
+	if n.next != inHeap {
+		w.unlink(i)
+		w.slab.release(i)
+		return
+	}
+	w.slab.retire(i)
+	n.next = zombie
+	w.zombies++
+	if w.zombies > w.zombieFloor && w.zombies > len(w.heap)/4 {
+		w.compactHeap()
+	}
 }
 
 // Reschedule moves a pending id to a new due time keeping its value; false if

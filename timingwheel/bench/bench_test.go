@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Benchmarks pre-fill a million entries. The framework calls each benchmark
+// first with b.N = 1 and then with the real b.N; the filled fixture of the
+// first call is kept for the second so a fill is paid once per sample.
+var fixtures = map[string]scheduler{}
+
+func fixture(b *testing.B, build func() scheduler) scheduler {
+	name := b.Name()
+	for n, f := range fixtures { // a fixture from another benchmark is stale
+		if n != name {
+			f.close()
+			delete(fixtures, n)
+		}
+	}
+	if f, ok := fixtures[name]; ok {
+		delete(fixtures, name)
+		if b.N != 1 {
+			b.Cleanup(f.close)
+			return f
+		}
+		f.close()
+	}
+	f := build()
+	if b.N == 1 {
+		fixtures[name] = f
+	} else {
+		b.Cleanup(f.close)
+	}
+	return f
+}
+
+// once runs an expensive b.N-independent measurement once per sample: it is
+// computed on the b.N = 1 call and reused by the call that follows.
+var onceResults = map[string]map[string]float64{}
+
+func once(b *testing.B, measure func() map[string]float64) {
+	name := b.Name()
+	res, ok := onceResults[name]
+	delete(onceResults, name)
+	if b.N == 1 || !ok {
+		res = measure()
+		if b.N == 1 {
+			onceResults[name] = res
+		}
+	}
+	for unit, v := range res {
+		b.ReportMetric(v, unit)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func BenchmarkSchedule(b *testing.B) {
+	for _, impl := range impls {
+		for _, d := range dists {
+			b.Run("impl="+impl.name+"/dist="+d.name, func(b *testing.B) {
+				if b.N > extra {
+					b.Fatalf("b.N %d > %d spare ids: use -benchtime=%dx or less", b.N, extra, extra)
+				}
+				s := fixture(b, func() scheduler {
+					s := impl.make()
+					fill(s, d, 1)
+					return s
+				})
+				r := rand.New(rand.NewPCG(2, 2))
+				delays := make([]time.Duration, b.N)
+				for i := range delays {
+					delays[i] = d.delay(r)
+				}
+				base := pending
+				if b.N == 1 {
+					base = pending + extra - 1 // keep the ids of the main run unused
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					s.add(base+i, delays[i])
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkCancel(b *testing.B) {
+	type variant struct {
+		name     string
+		make     func() scheduler
+		byHandle bool
+	}
+	variants := []variant{
+		{"wheel/by=id", func() scheduler { return newWheel() }, false},
+		{"wheel/by=handle", func() scheduler { return newWheel() }, true},
+		{"afterfunc/by=handle", func() scheduler { return newAfterFunc(false) }, true},
+		{"afterfunc/by=id", func() scheduler { return newAfterFunc(true) }, false},
+		{"heap/by=id", func() scheduler { return newHeap() }, false},
+		{"gozero/by=id", func() scheduler { return newGoZero(nil) }, false},
+	}
+	for _, v := range variants {
+		for _, d := range dists {
+			b.Run("impl="+v.name+"/dist="+d.name, func(b *testing.B) {
+				s := fixture(b, func() scheduler {
+					s := v.make()
+					fill(s, d, 1)
+					return s
+				})
+				r := rand.New(rand.NewPCG(3, uint64(b.N)))
+				const batch = 1024
+				victims := make([]int, 0, batch)
+				b.ResetTimer()
+				b.StopTimer()
+				for i := 0; i < b.N; i += batch {
+					// Random older entries, distinct within a batch.
+					victims = victims[:0]
+					for len(victims) < min(batch, b.N-i) {
+						k := r.IntN(pending)
+						if !slices.Contains(victims, k) {
+							victims = append(victims, k)
+						}
+					}
+					b.StartTimer()
+					if v.byHandle {
+						hc := s.(handleCanceler)
+						for _, k := range victims {
+							hc.cancelHandle(k)
+						}
+					} else {
+						for _, k := range victims {
+							s.cancel(k)
+						}
+					}
+					b.StopTimer()
+					for _, k := range victims { // re-add to keep the size
+						s.add(k, d.delay(r))
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/axbridge/axbridge/timingwheel"
+)
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkMemory reports heap bytes per pending entry after filling a
+// million, ids excluded (allocated up front).
+func BenchmarkMemory(b *testing.B) {
+	for _, impl := range impls {
+		for _, d := range dists {
+			b.Run("impl="+impl.name+"/dist="+d.name, func(b *testing.B) {
+				once(b, func() map[string]float64 {
+					before := heapAlloc()
+					s := impl.make()
+					fill(s, d, 1)
+					after := heapAlloc()
+					runtime.KeepAlive(s)
+					s.close()
+					return map[string]float64{"B/entry": float64(int64(after)-int64(before)) / pending}
+				})
+			})
+		}
+	}
+}
+
+const burst = 500_000
+
+// BenchmarkHandoff reports the cost per fired entry when 500k entries fall due
+// at the same instant: for the wheel and the heap, the time Advance takes; for
+// AfterFunc and go-zero, the time from the due instant until the last callback
+// ran.
+func BenchmarkHandoff(b *testing.B) {
+	sync := func(add func(k int, due time.Time), advance func(now time.Time, fire func())) func() map[string]float64 {
+		return func() map[string]float64 {
+			due := time.Now().Add(2 * time.Second) // within the wheel's horizon
+			for k := range burst {
+				add(k, due)
+			}
+			fired := 0
+			runtime.GC()
+			start := time.Now()
+			advance(due, func() { fired++ })
+			el := time.Since(start)
+			if fired != burst {
+				b.Fatalf("fired %d of %d", fired, burst)
+			}
+			return map[string]float64{"ns/fired": float64(el.Nanoseconds()) / burst}
+		}
+	}
+	async := func(lead time.Duration, add func(k int, delay time.Duration, done func()), stop func()) func() map[string]float64 {
+		return func() map[string]float64 {
+			var n atomic.Int64
+			all := make(chan time.Time, 1)
+			done := func() {
+				if n.Add(1) == burst {
+					all <- time.Now()
+				}
+			}
+			due := time.Now().Add(lead)
+			for k := range burst {
+				add(k, time.Until(due), done)
+			}
+			if time.Now().After(due) {
+				b.Fatalf("scheduling %d took longer than %v", burst, lead)
+			}
+			runtime.GC()
+			last := <-all
+			stop()
+			return map[string]float64{"ns/fired": float64(last.Sub(due).Nanoseconds()) / burst}
+		}
+	}
+	b.Run("impl=wheel", func(b *testing.B) {
+		var w *timingwheel.Wheel[uint32]
+		once(b, sync(func(k int, due time.Time) {
+			if w == nil {
+				w = timingwheel.New[uint32](time.Now(), timingwheel.Options{})
+			}
+			w.Add(ids[k], due, uint32(k))
+		}, func(now time.Time, fire func()) {
+			w.Advance(now, func(string, time.Time, uint32) { fire() })
+		}))
+	})
+	b.Run("impl=heap", func(b *testing.B) {
+		s := newHeap()
+		once(b, sync(func(k int, due time.Time) {
+			s.addAt(k, due)
+		}, func(now time.Time, fire func()) {
+			s.advance(now, func(string, time.Time, uint32) { fire() })
+		}))
+	})
+	b.Run("impl=afterfunc", func(b *testing.B) {
+		once(b, async(time.Second, func(k int, delay time.Duration, done func()) {
+			time.AfterFunc(delay, done)
+		}, func() {}))
+	})
+	b.Run("impl=gozero", func(b *testing.B) {
+		var s *goZeroSched
+		var done func()
+		once(b, async(3*time.Second, func(k int, delay time.Duration, d func()) {
+			if s == nil {
+				done = d
+				s = newGoZero(func(key, value any) { done() })
+			}
+			s.add(k, delay)
+		}, func() { s.close() }))
+	})
+}
+
+const probes = 100_000
+
+// latency summarises lateness samples in milliseconds.
+func latency(late []time.Duration, early int) map[string]float64 {
+	slices.Sort(late)
+	at := func(q float64) float64 {
+		return float64(late[int(q*float64(len(late)-1))]) / float64(time.Millisecond)
+	}
+	return map[string]float64{"p50-ms": at(0.5), "p99-ms": at(0.99), "max-ms": at(1), "early": float64(early)}
+}
+
+// BenchmarkLateness schedules 100k probes due over the next two seconds while a
+// million entries (uniform 1s–5m) are pending, and measures how late each
+// fires. The wheel and the heap run the bridge's owner loop: one goroutine,
+// one time.Timer armed to Next.
+func BenchmarkLateness(b *testing.B) {
+	probeDelays := func(start time.Time) []time.Time {
+		r := rand.New(rand.NewPCG(4, 4))
+		due := make([]time.Time, probes)
+		for i := range due {
+			due[i] = start.Add(200*time.Millisecond + time.Duration(r.Int64N(int64(2*time.Second))))
+		}
+		return due
+	}
+	type owned interface {
+		scheduler
+		addAt(k int, due time.Time)
+		next() (time.Time, bool)
+		advance(now time.Time, fire func(k int, due time.Time))
+	}
+	ownerLoop := func(s owned) map[string]float64 {
+		fill(s, dists[1], 5)
+		due := probeDelays(time.Now())
+		for i, t := range due {
+			s.addAt(pending+i, t)
+		}
+		late := make([]time.Duration, 0, probes)
+		early := 0
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		for len(late) < probes {
+			if next, ok := s.next(); ok {
+				timer.Reset(time.Until(next))
+			}
+			<-timer.C
+			s.advance(time.Now(), func(k int, due time.Time) {
+				if k < pending {
+					return // a background entry
+				}
+				now := time.Now()
+				if now.Before(due) {
+					early++
+				}
+				late = append(late, now.Sub(due))
+			})
+		}
+		s.close()
+		return latency(late, early)
+	}
+	b.Run("impl=wheel", func(b *testing.B) {
+		once(b, func() map[string]float64 { return ownerLoop(&ownedWheel{newWheel()}) })
+	})
+	b.Run("impl=heap", func(b *testing.B) {
+		once(b, func() map[string]float64 { return ownerLoop(&ownedHeap{newHeap()}) })
+	})
+	b.Run("impl=afterfunc", func(b *testing.B) {
+		once(b, func() map[string]float64 {
+			s := newAfterFunc(false)
+			fill(s, dists[1], 5)
+			due := probeDelays(time.Now())
+			late := make([]time.Duration, probes)
+			var early, n atomic.Int64
+			all := make(chan struct{})
+			for i, t := range due {
+				time.AfterFunc(time.Until(t), func() {
+					now := time.Now()
+					if now.Before(t) {
+						early.Add(1)
+					}
+					late[i] = now.Sub(t)
+					if n.Add(1) == probes {
+						close(all)
+					}
+				})
+			}
+			<-all
+			s.close()
+			return latency(late, int(early.Load()))
+		})
+	})
+	b.Run("impl=gozero", func(b *testing.B) {
+		once(b, func() map[string]float64 {
+			late := make([]time.Duration, probes)
+			var due []time.Time
+			var early, n atomic.Int64
+			all := make(chan struct{})
+			s := newGoZero(func(key, value any) {
+				k := int(value.(uint32))
+				if k < pending {
+					return
+				}
+				i := k - pending
+				now := time.Now()
+				if now.Before(due[i]) {
+					early.Add(1)
+				}
+				late[i] = now.Sub(due[i])
+				if n.Add(1) == probes {
+					close(all)
+				}
+			})
+			fill(s, dists[1], 5)
+			due = probeDelays(time.Now())
+			for i, t := range due {
+				s.add(pending+i, time.Until(t))
+			}
+			<-all
+			s.close()
+			return latency(late, int(early.Load()))
+		})
+	})
+}
+
+type ownedWheel struct{ *wheelSched }
+
+func (o *ownedWheel) addAt(k int, due time.Time) { o.w.Add(ids[k], due, uint32(k)) }
+func (o *ownedWheel) next() (time.Time, bool)    { return o.w.Next() }
+func (o *ownedWheel) advance(now time.Time, fire func(k int, due time.Time)) {
+	o.w.Advance(now, func(_ string, due time.Time, v uint32) { fire(int(v), due) })
+}
+
+type ownedHeap struct{ *heapSched }
+
+func (o *ownedHeap) advance(now time.Time, fire func(k int, due time.Time)) {
+	o.heapSched.advance(now, func(_ string, due time.Time, v uint32) { fire(int(v), due) })
+}
