@@ -21,9 +21,12 @@
 // using the monotonic clock reading of time.Time when present. Due times
 // before start, or before the latest Advance, fire on the next Advance.
 //
-// Memory: one 40-byte node plus the value per pending entry in a chunked slab,
-// an open-addressing id index of about 8 to 16 bytes per entry, and a 4-byte
-// heap slot for entries beyond the horizon. A Go map[string]int32 index alone
+// Memory: one node per pending entry in a chunked slab (48 bytes for a value of
+// up to 8 bytes), an open-addressing id index of 8 to 16 bytes per entry, and a
+// 4-byte heap slot for entries beyond the horizon. Removing an entry that waits
+// in the heap leaves its node there as a zombie, as the Go runtime does with
+// stopped timers; zombies are freed when they reach the top of the heap or
+// when they pass a quarter of it. A Go map[string]int32 index alone
 // costs about 56 bytes per entry at one million entries, which is why the index
 // is a small purpose-built table.
 package timingwheel

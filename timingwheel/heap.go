@@ -87,7 +87,7 @@ func (w *Wheel[V]) compactHeap() {
 	for pos, i := range w.heap {
 		w.slab.at(i).prev = int32(pos)
 	}
-	for pos := (len(w.heap) - 2) / 4; pos >= 0; pos-- {
+	for pos := (len(w.heap) - 2) / 4; len(w.heap) > 1 && pos >= 0; pos-- {
 		w.heapDown(pos, w.heap[pos])
 	}
 }
