@@ -95,72 +95,122 @@ func (b *Bridge) ackWorker(ctx context.Context) {
 	}
 }
 
-// applyAck applies one consumer reply to the task record by CAS, re-reading on conflict.
+// ackOp is one reply, parsed.
+type ackOp struct {
+	req     ackReq
+	id      string
+	attempt int
+	body    ackBody
+	reason  string // for a nak: what LastError records
+}
+
+// transition computes the record after the reply, or an error if the reply is stale.
+func (op *ackOp) transition(t kvstore.Task, nowMs int64) (kvstore.Task, error) {
+	switch op.body.kind {
+	case ackNak:
+		return kvstore.Nak(t, op.attempt, nowMs, op.body.delay, op.reason)
+	case ackTerm:
+		return kvstore.Term(t, op.attempt, nowMs, op.body.reason)
+	case ackProgress:
+		return kvstore.InProgress(t, op.attempt, nowMs)
+	}
+	return kvstore.Ack(t, op.attempt, nowMs)
+}
+
+// respond answers a sync ack (AckSync, nats req) once the outcome is settled.
+func (op *ackOp) respond() {
+	if op.req.msg.Reply != "" && !op.req.noResponders {
+		_ = op.req.msg.Respond(nil)
+	}
+}
+
+// applyAck applies one consumer reply to the task record by CAS. For an attempt this replica
+// fired, the claimed record is in memory and the write is pipelined; otherwise, or when the
+// cached record lost its CAS, the record is read first.
 func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 	_, attempt, id, ok := parseAckSubject(r.msg.Subject)
 	if !ok {
 		b.log.Warn("ack on an unknown subject", "subject", r.msg.Subject)
 		return
 	}
-	body := ackBody{kind: ackNak, delay: -1}
-	reason := "no responders"
+	op := &ackOp{req: r, id: id, attempt: attempt, body: ackBody{kind: ackNak, delay: -1}, reason: "no responders"}
 	if !r.noResponders {
-		body = parseAckBody(r.msg.Data)
-		reason = "nak"
+		op.body, op.reason = parseAckBody(r.msg.Data), "nak"
 	}
-	defer func() {
-		if r.msg.Reply != "" && !r.noResponders {
-			_ = r.msg.Respond(nil)
+	e, cached := b.fired.take(id, attempt)
+	if !cached {
+		b.applyAckRead(ctx, op)
+		return
+	}
+	next, err := op.transition(e.Task, b.cfg.Now().UnixMilli())
+	if err != nil {
+		b.ackStale(op, e, err)
+		return
+	}
+	b.pipelined.Add(1)
+	b.store.UpdateAsync(ctx, &next, e.Revision, func(rev uint64, err error) {
+		defer b.pipelined.Done()
+		if errors.Is(err, kvstore.ErrConflict) {
+			b.pipelined.Add(1)
+			go func() {
+				defer b.pipelined.Done()
+				b.applyAckRead(ctx, op)
+			}()
+			return
 		}
-	}()
+		b.ackApplied(op, &next, rev, err)
+	})
+}
+
+// applyAckRead applies a reply by reading the record and writing it back, re-reading on conflict.
+func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp) {
 	for range 5 {
-		var err error
-		e, cached := b.fired.take(id, attempt)
-		if !cached {
-			e, err = b.store.Get(ctx, id)
-			if errors.Is(err, kvstore.ErrNotFound) {
-				return
-			}
-			if err != nil {
-				b.log.Warn("ack: read task", "task_id", id, "err", err)
-				return // the lease runs out and the attempt is retried
-			}
-		}
-		nowMs := b.cfg.Now().UnixMilli()
-		var next kvstore.Task
-		switch body.kind {
-		case ackOK:
-			next, err = kvstore.Ack(e.Task, attempt, nowMs)
-		case ackNak:
-			next, err = kvstore.Nak(e.Task, attempt, nowMs, body.delay, reason)
-		case ackTerm:
-			next, err = kvstore.Term(e.Task, attempt, nowMs, body.reason)
-		case ackProgress:
-			next, err = kvstore.InProgress(e.Task, attempt, nowMs)
+		e, err := b.store.Get(ctx, op.id)
+		if errors.Is(err, kvstore.ErrNotFound) {
+			op.respond()
+			return
 		}
 		if err != nil {
-			b.log.Debug("ack ignored", "task_id", id, "attempt", attempt, "status", e.Task.Status, "err", err)
-			b.m.acks.WithLabelValues(e.Task.BizType, "stale").Inc()
+			b.log.Warn("ack: read task", "task_id", op.id, "err", err)
+			op.respond()
+			return // the lease runs out and the attempt is retried
+		}
+		next, err := op.transition(e.Task, b.cfg.Now().UnixMilli())
+		if err != nil {
+			b.ackStale(op, e, err)
 			return
 		}
 		rev, err := b.store.Update(ctx, &next, e.Revision)
-		if err != nil {
-			if errors.Is(err, kvstore.ErrConflict) {
-				continue
-			}
-			b.log.Warn("ack: update task", "task_id", id, "err", err)
-			return
+		if errors.Is(err, kvstore.ErrConflict) {
+			continue
 		}
-		if next.Status == kvstore.StatusRunning { // in progress: the attempt goes on
-			b.fired.put(kvstore.Entry{Task: next, Revision: rev})
-		}
-		b.m.acks.WithLabelValues(next.BizType, ackLabel(body.kind, r.noResponders)).Inc()
-		if next.Status == kvstore.StatusDead {
-			b.dead(&next)
-		}
+		b.ackApplied(op, &next, rev, err)
 		return
 	}
-	b.log.Warn("ack: gave up after repeated conflicts", "task_id", id)
+	b.log.Warn("ack: gave up after repeated conflicts", "task_id", op.id)
+	op.respond()
+}
+
+func (b *Bridge) ackStale(op *ackOp, e kvstore.Entry, err error) {
+	b.log.Debug("ack ignored", "task_id", op.id, "attempt", op.attempt, "status", e.Task.Status, "err", err)
+	b.m.acks.WithLabelValues(e.Task.BizType, "stale").Inc()
+	op.respond()
+}
+
+// ackApplied finishes a reply whose write completed (err nil) or failed for good.
+func (b *Bridge) ackApplied(op *ackOp, next *kvstore.Task, rev uint64, err error) {
+	defer op.respond()
+	if err != nil {
+		b.log.Warn("ack: update task", "task_id", op.id, "err", err)
+		return // the lease runs out and the attempt is retried
+	}
+	if next.Status == kvstore.StatusRunning { // in progress: the attempt goes on
+		b.fired.put(kvstore.Entry{Task: *next, Revision: rev})
+	}
+	b.m.acks.WithLabelValues(next.BizType, ackLabel(op.body.kind, op.req.noResponders)).Inc()
+	if next.Status == kvstore.StatusDead {
+		b.dead(next)
+	}
 }
 
 func ackLabel(k ackKind, noResponders bool) string {

@@ -17,6 +17,7 @@ import (
 // JetStream KV bucket and *kvstore.MemStore in memory, with the same CAS semantics.
 type Store interface {
 	CreateAsync(ctx context.Context, t *kvstore.Task, done func(kvstore.Entry, error))
+	UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error))
 	Get(ctx context.Context, id string) (kvstore.Entry, error)
 	Update(ctx context.Context, t *kvstore.Task, rev uint64) (uint64, error)
 	Delete(ctx context.Context, id string, rev uint64) error
@@ -43,14 +44,15 @@ type Bridge struct {
 	ackSub   *nats.Subscription // queue group on ax.ack.>: any replica applies an ack
 	nrSub    *nats.Subscription // plain sub on this replica's ack subjects: receives no-responders
 
-	jobs    chan job       // loop → workers
-	results chan result    // workers → loop
-	acks    chan ackReq    // ack subscriptions → ack workers
-	intake  sync.WaitGroup // schedule messages between delivery and their store outcome
-	workers sync.WaitGroup // workers and ack workers
-	loopEnd chan struct{}  // closed when the loop returns
-	acksEnd chan struct{}  // closed by Stop once no more acks can arrive on acks
-	ready   chan struct{}  // closed when the initial load of the bucket is indexed
+	jobs      chan job       // loop → workers
+	results   chan result    // workers → loop
+	acks      chan ackReq    // ack subscriptions → ack workers
+	intake    sync.WaitGroup // schedule messages between delivery and their store outcome
+	workers   sync.WaitGroup // workers and ack workers
+	pipelined sync.WaitGroup // pipelined claims and acks between their write and its completion
+	loopEnd   chan struct{}  // closed when the loop returns
+	acksEnd   chan struct{}  // closed by Stop once no more acks can arrive on acks
+	ready     chan struct{}  // closed when the initial load of the bucket is indexed
 }
 
 // New checks cfg and returns a bridge that uses nc for NATS and store for task records.
@@ -196,7 +198,7 @@ func (b *Bridge) Stop(ctx context.Context) error {
 		}
 	}
 	close(b.acksEnd)
-	if !waitCtx(ctx, &b.workers) {
+	if !waitCtx(ctx, &b.workers) || !waitCtx(ctx, &b.pipelined) {
 		errs = append(errs, errors.New("claims and acks still in flight"))
 	}
 	_ = b.nrSub.Unsubscribe()

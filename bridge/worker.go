@@ -79,8 +79,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	if t.Status != kvstore.StatusWaiting {
 		return // the watch brings the record's real state to the loop
 	}
-	now := b.cfg.Now()
-	nowMs := now.UnixMilli()
+	nowMs := b.cfg.Now().UnixMilli()
 	if t.DueAt > nowMs {
 		// Never early: the wall clock disagrees with the monotonic one, or the record changed.
 		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: t.DueAt})
@@ -90,28 +89,38 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	if err != nil {
 		return
 	}
-	rev, err := b.store.Update(ctx, &claimed, e.Revision)
-	if err != nil {
-		if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
-			b.retryLater(job{kind: jobFire, id: j.id, rev: e.Revision}, "claim", err)
+	// The claim is pipelined: the worker moves on, and the fire is published from the write's
+	// completion. Stop waits for these through b.pipelined.
+	b.pipelined.Add(1)
+	b.store.UpdateAsync(ctx, &claimed, e.Revision, func(rev uint64, err error) {
+		defer b.pipelined.Done()
+		if err != nil {
+			if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
+				b.retryLater(job{kind: jobFire, id: j.id, rev: e.Revision}, "claim", err)
+			}
+			return // another replica or an API call got there first
 		}
-		return // another replica or an API call got there first
-	}
-	b.fired.put(kvstore.Entry{Task: claimed, Revision: rev})
+		b.publishFire(kvstore.Entry{Task: claimed, Revision: rev})
+	})
+}
+
+// publishFire sends a claimed attempt to ax.fire.<bizType>. If the publish fails, the lease runs
+// out and the attempt counts as failed: at-least-once holds.
+func (b *Bridge) publishFire(e kvstore.Entry) {
+	t := &e.Task
+	b.fired.put(e)
 	msg := &nats.Msg{
-		Subject: FirePrefix + claimed.BizType,
-		Reply:   ackSubject(b.cfg.ReplicaID, claimed.Attempt, claimed.ID),
-		Data:    claimed.Payload,
-		Header:  fireHeader(&claimed),
+		Subject: FirePrefix + t.BizType,
+		Reply:   ackSubject(b.cfg.ReplicaID, t.Attempt, t.ID),
+		Data:    t.Payload,
+		Header:  fireHeader(t),
 	}
 	if err := b.nc.PublishMsg(msg); err != nil {
-		// The lease runs out and the attempt counts as failed: at-least-once holds.
-		b.log.Warn("publish fire", "task_id", claimed.ID, "err", err)
+		b.log.Warn("publish fire", "task_id", t.ID, "err", err)
 		return
 	}
-	late := now.Sub(time.UnixMilli(t.DueAt))
-	b.m.fired.WithLabelValues(claimed.BizType).Inc()
-	b.m.lateness.WithLabelValues(claimed.BizType).Observe(late.Seconds())
+	b.m.fired.WithLabelValues(t.BizType).Inc()
+	b.m.lateness.WithLabelValues(t.BizType).Observe(b.cfg.Now().Sub(time.UnixMilli(t.DueAt)).Seconds())
 }
 
 // fireHeader is the caller's headers plus the bridge's own (subjects.md, "Firing").

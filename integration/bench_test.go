@@ -49,7 +49,7 @@ func publishAll(b *testing.B, nc *nats.Conn, biz string, n int, hdr func(i int, 
 		m := nats.NewMsg(bridge.SchedulePrefix + biz)
 		m.Data = payload
 		hdr(i, m.Header)
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			b.Fatal(err)
 		}
 	}
