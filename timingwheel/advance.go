@@ -14,28 +14,43 @@ func (w *Wheel[V]) Next() (time.Time, bool) {
 	if w.heads[w.overdueList()] != nilIdx {
 		return w.abs(w.overdueMin), true
 	}
-	if d := w.nextOccupied(int(w.cur & w.mask)); d >= 0 {
+	// Level-0 slots are in tick order from cur; level-1 slots in block order
+	// after cur's block; the heap top is its earliest. The three ranges
+	// overlap, so Next takes the least.
+	earliest := int64(math.MaxInt64)
+	if d := w.nextOccupied(0, int(w.cur&w.mask)); d >= 0 {
 		t := w.cur + int64(d)
-		// Every entry in a slot is due after now and within its tick. Short
-		// lists are scanned for the exact earliest due time; a long one
-		// reports the slot boundary.
-		const scanLimit = 64
-		earliest := int64(math.MaxInt64)
-		i := w.heads[t&w.mask]
-		for k := 0; i != nilIdx && k < scanLimit; k++ {
-			n := w.slab.at(i)
-			earliest = min(earliest, n.due)
-			i = n.next
-		}
-		if i != nilIdx {
-			earliest = max(t*w.tick, w.now+1)
-		}
-		return w.abs(earliest), true
+		earliest = w.listMin(int(t&w.mask), t*w.tick)
+	}
+	if d := w.nextOccupied(1, int((w.cur>>w.shift+1)&w.mask)); d >= 0 {
+		b := w.cur>>w.shift + 1 + int64(d)
+		earliest = min(earliest, w.listMin(w.level1(b), (b<<w.shift)*w.tick))
 	}
 	if len(w.heap) > 0 {
-		return w.abs(w.slab.at(w.heap[0]).due), true
+		earliest = min(earliest, w.slab.at(w.heap[0]).due)
 	}
-	return time.Time{}, false
+	if earliest == math.MaxInt64 {
+		return time.Time{}, false
+	}
+	return w.abs(earliest), true
+}
+
+// listMin returns the earliest due time in a slot list whose entries are all
+// due after now and at or after from. A short list is scanned for the exact
+// value; a long one reports from (after now).
+func (w *Wheel[V]) listMin(list int, from int64) int64 {
+	const scanLimit = 64
+	earliest := int64(math.MaxInt64)
+	i := w.heads[list]
+	for k := 0; i != nilIdx && k < scanLimit; k++ {
+		n := w.slab.at(i)
+		earliest = min(earliest, n.due)
+		i = n.next
+	}
+	if i != nilIdx {
+		return max(from, w.now+1)
+	}
+	return earliest
 }
 
 // Advance fires (removes and calls fire for) every entry with due <= now, in
@@ -63,6 +78,9 @@ func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v 
 	}
 	nowTick := w.tickOf(n)
 	for w.cur <= nowTick {
+		if w.heads[w.level1(w.cur>>w.shift)] != nilIdx {
+			w.cascade()
+		}
 		w.migrate()
 		if s := int(w.cur & w.mask); w.heads[s] != nilIdx {
 			w.fireList(s, n, fire)
@@ -71,10 +89,14 @@ func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v 
 			break
 		}
 		// Every slot before nowTick is empty once processed: jump to the next
-		// occupied slot, the tick of the earliest heap entry, or nowTick.
+		// occupied level-0 slot, the first tick of the next occupied level-1
+		// block, the tick of the earliest heap entry, or nowTick.
 		next := nowTick
-		if d := w.nextOccupied(int((w.cur + 1) & w.mask)); d >= 0 {
+		if d := w.nextOccupied(0, int((w.cur+1)&w.mask)); d >= 0 {
 			next = min(next, w.cur+1+int64(d))
+		}
+		if d := w.nextOccupied(1, int((w.cur>>w.shift+1)&w.mask)); d >= 0 {
+			next = min(next, (w.cur>>w.shift+1+int64(d))<<w.shift)
 		}
 		if w.purgeTop(); len(w.heap) > 0 {
 			next = min(next, w.tickOf(w.slab.at(w.heap[0]).due))
@@ -90,17 +112,17 @@ func (w *Wheel[V]) endAdvance() {
 	}
 }
 
-// migrate moves heap entries whose tick has come within the horizon into
-// their slots. They keep their sequence numbers.
+// migrate moves heap entries whose block has come within the level-1
+// horizon into their slots. They keep their sequence numbers.
 func (w *Wheel[V]) migrate() {
 	for w.purgeTop(); len(w.heap) > 0; w.purgeTop() {
 		i := w.heap[0]
 		t := w.tickOf(w.slab.at(i).due)
-		if t-w.cur > w.mask {
+		if t>>w.shift-w.cur>>w.shift > w.mask {
 			return
 		}
 		w.heapRemove(0)
-		w.pushList(int(t&w.mask), i)
+		w.file(i, t)
 	}
 }
 
@@ -136,7 +158,7 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 		}
 		id, v := nd.id, nd.v
 		w.unlink(e.idx)
-		w.index.deleteAt(w.index.findNode(e.idx, w.index.hash(id)))
+		w.index.deleteAt(w.index.findNode(e.idx, nd.hash))
 		w.slab.release(e.idx)
 		fire(id, w.abs(e.due), v)
 	}

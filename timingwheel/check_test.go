@@ -13,7 +13,8 @@ func (w *Wheel[V]) check() error {
 	for list, head := range w.heads {
 		prev := -int32(list) - 2
 		if list < overdue {
-			bit := w.occupied[list>>6]&(1<<(list&63)) != 0
+			level, slot := list/w.slots, list%w.slots
+			bit := w.occupied[level][slot>>6]&(1<<(slot&63)) != 0
 			if bit != (head != nilIdx) {
 				return fmt.Errorf("slot %d: occupied bit %v, head %d", list, bit, head)
 			}
@@ -37,8 +38,18 @@ func (w *Wheel[V]) check() error {
 				continue
 			}
 			t := w.tickOf(n.due)
-			if n.due <= w.now || t < w.cur || t-w.cur > w.mask || int(t&w.mask) != list {
-				return fmt.Errorf("node %d due %d (tick %d) in slot %d, cur %d, now %d", i, n.due, t, list, w.cur, w.now)
+			if n.hash != w.index.hash(n.id) {
+				return fmt.Errorf("node %d: hash %x of %q", i, n.hash, n.id)
+			}
+			if list < w.slots {
+				if n.due <= w.now || t < w.cur || t-w.cur > w.mask || int(t&w.mask) != list {
+					return fmt.Errorf("node %d due %d (tick %d) in slot %d, cur %d, now %d", i, n.due, t, list, w.cur, w.now)
+				}
+				continue
+			}
+			b, cb := t>>w.shift, w.cur>>w.shift
+			if n.due <= w.now || b <= cb || b-cb > w.mask || w.level1(b) != list {
+				return fmt.Errorf("node %d due %d (block %d) in level-1 list %d, cur %d (block %d), now %d", i, n.due, b, list, w.cur, cb, w.now)
 			}
 		}
 	}
@@ -56,8 +67,8 @@ func (w *Wheel[V]) check() error {
 		if n.next != zombie && (n.next != inHeap || int(n.prev) != pos || n.gen&1 == 0) {
 			return fmt.Errorf("heap[%d] = node %d with next %d prev %d gen %d", pos, i, n.next, n.prev, n.gen)
 		}
-		if t := w.tickOf(n.due); t-w.cur <= w.mask {
-			return fmt.Errorf("heap node %d tick %d within horizon of cur %d", i, t, w.cur)
+		if t := w.tickOf(n.due); t>>w.shift-w.cur>>w.shift <= w.mask {
+			return fmt.Errorf("heap node %d tick %d within the level-1 horizon of cur %d", i, t, w.cur)
 		}
 		if pos > 0 && w.heapLess(i, w.heap[(pos-1)/4]) {
 			return fmt.Errorf("heap order broken at %d", pos)

@@ -1,7 +1,7 @@
 package timingwheel
 
-// Node links. A node lives in exactly one place: a slot list, the overdue
-// list, the heap, or the free list.
+// Node links. A node lives in exactly one place: a slot list of either wheel
+// level, the overdue list, the heap, or the free list.
 const (
 	nilIdx    int32 = -1 // end of a list
 	inHeap    int32 = -2 // node.next marker: the node is in the heap, node.prev is its heap position
@@ -11,15 +11,17 @@ const (
 )
 
 // node is one scheduled entry. v comes first so that a zero-size V adds no
-// trailing padding. With V of 8 bytes a node is 48 bytes.
+// trailing padding, and a 4-byte V shares its word with hash. With V of 4
+// bytes a node is 48 bytes, with V of 8 bytes 56.
 type node[V any] struct {
 	v    V
-	id   string
-	due  int64  // nanoseconds since start
+	hash uint32 // the id's index hash, so removal and firing never rehash the id
 	next int32  // list successor, inHeap, zombie, or free-list link
 	prev int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
 	gen  uint32 // odd while pending, even while free; bumped on alloc and free
 	seq  uint32 // insertion order, assigned on Add and Reschedule
+	due  int64  // nanoseconds since start
+	id   string
 }
 
 // slab holds nodes in fixed-size chunks, so growth never copies live nodes

@@ -37,16 +37,20 @@ type Wheel[V any] struct {
 	tick  int64
 	mask  int64 // Slots-1
 
+	shift uint  // log2(Slots): a level-1 slot spans 1<<shift ticks
+	slots int   // Slots
+
 	slab  slab[V]
 	index index
 
-	// heads[0:Slots] are the slot lists; heads[Slots] is the overdue list of
-	// entries due at or before now. Lists are doubly linked through node.next
-	// and node.prev, newest first.
+	// heads[0:Slots] are the level-0 slot lists (one tick each),
+	// heads[Slots:2*Slots] the level-1 slot lists (Slots ticks each) and
+	// heads[2*Slots] the overdue list of entries due at or before now. Lists
+	// are doubly linked through node.next and node.prev, newest first.
 	heads    []int32
-	occupied []uint64 // bit per wheel slot: list not empty
-	heap     []int32  // entries due at or past cur+Slots ticks
-	zombies  int      // removed entries still in the heap
+	occupied [2][]uint64 // bit per slot of each level: list not empty
+	heap     []int32     // entries beyond the level-1 horizon
+	zombies  int         // removed entries still in the heap
 	// zombieFloor is the zombie count below which the heap is never
 	// compacted; tests lower it.
 	zombieFloor int
@@ -86,10 +90,14 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 		start:       start,
 		tick:        int64(opts.Tick),
 		mask:        int64(opts.Slots - 1),
-		heads:       make([]int32, opts.Slots+1),
-		occupied:    make([]uint64, (opts.Slots+63)/64),
+		shift:       uint(bits.TrailingZeros(uint(opts.Slots))),
+		slots:       opts.Slots,
+		heads:       make([]int32, 2*opts.Slots+1),
 		overdueMin:  math.MaxInt64,
 		zombieFloor: 256,
+	}
+	for l := range w.occupied {
+		w.occupied[l] = make([]uint64, (opts.Slots+63)/64)
 	}
 	for i := range w.heads {
 		w.heads[i] = nilIdx
@@ -145,6 +153,7 @@ func (w *Wheel[V]) add(id string, due int64, v V) (int32, bool) {
 	n := w.slab.at(i)
 	n.v = v
 	n.id = id
+	n.hash = h
 	n.due = due
 	w.place(i)
 	w.index.insertAt(pos, i, h)
@@ -172,15 +181,16 @@ func (w *Wheel[V]) RemoveHandle(h Handle) bool {
 	if n.gen != h.gen {
 		return false
 	}
-	w.index.deleteAt(w.index.findNode(h.idx, w.index.hash(n.id)))
+	w.index.deleteAt(w.index.findNode(h.idx, n.hash))
 	w.drop(h.idx)
 	return true
 }
 
 // drop ends the pending life of node i, already out of the index. A node in
-// the heap stays there as a zombie, like a stopped runtime timer: taking it
-// out of the middle would cost a sift over cold nodes. Zombies are freed when
-// they reach the top, or all at once when they pass a quarter of the heap.
+// a list is unlinked in O(1). A node in the heap stays there as a zombie,
+// like a stopped runtime timer: taking it out of the middle would cost a sift
+// over cold nodes. Zombies are freed when they reach the top, or all at once
+// when they pass a quarter of the heap.
 func (w *Wheel[V]) drop(i int32) {
 	n := w.slab.at(i)
 	if n.next != inHeap {
@@ -217,84 +227,4 @@ func (w *Wheel[V]) Get(id string) (due time.Time, v V, ok bool) {
 	}
 	n := w.slab.at(i)
 	return w.abs(n.due), n.v, true
-}
-
-// place links node i (not linked anywhere) where its due time belongs and
-// gives it the next insertion sequence number.
-func (w *Wheel[V]) place(i int32) {
-	n := w.slab.at(i)
-	w.seq++
-	n.seq = w.seq
-	if n.due <= w.now {
-		w.overdueMin = min(w.overdueMin, n.due)
-		w.pushList(w.overdueList(), i)
-		return
-	}
-	// due > now implies tickOf(due) >= cur.
-	if t := w.tickOf(n.due); t-w.cur <= w.mask {
-		w.pushList(int(t&w.mask), i)
-		return
-	}
-	w.heapPush(i)
-}
-
-func (w *Wheel[V]) pushList(list int, i int32) {
-	n := w.slab.at(i)
-	head := w.heads[list]
-	n.next = head
-	n.prev = -int32(list) - 2
-	if head != nilIdx {
-		w.slab.at(head).prev = i
-	} else if list < len(w.heads)-1 {
-		w.occupied[list>>6] |= 1 << (list & 63)
-	}
-	w.heads[list] = i
-}
-
-// unlink takes node i out of its list or the heap.
-func (w *Wheel[V]) unlink(i int32) {
-	n := w.slab.at(i)
-	if n.next == inHeap {
-		w.heapRemove(int(n.prev))
-		return
-	}
-	next, prev := n.next, n.prev
-	if next != nilIdx {
-		w.slab.at(next).prev = prev
-	}
-	if prev >= 0 {
-		w.slab.at(prev).next = next
-		return
-	}
-	list := int(-prev - 2)
-	w.heads[list] = next
-	if next != nilIdx {
-		return
-	}
-	if list < len(w.heads)-1 {
-		w.occupied[list>>6] &^= 1 << (list & 63)
-	} else {
-		w.overdueMin = math.MaxInt64
-	}
-}
-
-// nextOccupied returns the distance from slot `from` to the first occupied
-// slot at or after it (cyclically), or -1 if the wheel is empty.
-func (w *Wheel[V]) nextOccupied(from int) int {
-	nslots := len(w.heads) - 1
-	words := len(w.occupied)
-	wi := from >> 6
-	word := w.occupied[wi] &^ (1<<(from&63) - 1)
-	for k := 0; k <= words; k++ {
-		if word != 0 {
-			slot := wi<<6 + bits.TrailingZeros64(word)
-			return (slot - from) & (nslots - 1)
-		}
-		wi++
-		if wi == words {
-			wi = 0
-		}
-		word = w.occupied[wi]
-	}
-	return -1
 }

@@ -1,0 +1,148 @@
+package timingwheel
+
+import (
+	"math"
+	"math/bits"
+)
+
+// Placement. With S = Slots, an entry due at tick t >= cur lives in
+//   - level 0, slot t mod S, if t < cur+S;
+//   - else level 1, slot (t>>shift) mod S, if its block t>>shift is at most
+//     S-1 blocks after cur's block (a horizon of about 4.6h at 1ms × 4096);
+//   - else the heap.
+// Level-1 slot b mod S only ever holds entries of block b, and never of cur's
+// own block: when cur enters a block, Advance cascades that block's level-1
+// list into level 0 (cascade), and heap entries move down as the horizon
+// reaches them (migrate). Every list operation is O(1).
+
+// place links node i (not linked anywhere) where its due time belongs and
+// gives it the next insertion sequence number.
+func (w *Wheel[V]) place(i int32) {
+	n := w.slab.at(i)
+	w.seq++
+	n.seq = w.seq
+	if n.due <= w.now {
+		w.overdueMin = min(w.overdueMin, n.due)
+		w.pushList(w.overdueList(), i)
+		return
+	}
+	// due > now implies tickOf(due) >= cur.
+	w.file(i, w.tickOf(n.due))
+}
+
+// file links node i, due at tick t >= cur, into its level-0 or level-1 slot,
+// or the heap.
+func (w *Wheel[V]) file(i int32, t int64) {
+	if t-w.cur <= w.mask {
+		w.pushList(int(t&w.mask), i)
+		return
+	}
+	if b := t >> w.shift; b-w.cur>>w.shift <= w.mask {
+		w.pushList(w.slots+int(b&w.mask), i)
+		return
+	}
+	w.heapPush(i)
+}
+
+// level1 is the list index of the level-1 slot for block b.
+func (w *Wheel[V]) level1(b int64) int { return w.slots + int(b&w.mask) }
+
+func (w *Wheel[V]) setOccupied(list int, on bool) {
+	level := 0
+	if list >= w.slots {
+		level, list = 1, list-w.slots
+	}
+	if on {
+		w.occupied[level][list>>6] |= 1 << (list & 63)
+	} else {
+		w.occupied[level][list>>6] &^= 1 << (list & 63)
+	}
+}
+
+func (w *Wheel[V]) pushList(list int, i int32) {
+	n := w.slab.at(i)
+	head := w.heads[list]
+	n.next = head
+	n.prev = -int32(list) - 2
+	if head != nilIdx {
+		w.slab.at(head).prev = i
+	} else if list < w.overdueList() {
+		w.setOccupied(list, true)
+	}
+	w.heads[list] = i
+}
+
+// unlink takes node i out of its list or the heap.
+func (w *Wheel[V]) unlink(i int32) {
+	n := w.slab.at(i)
+	if n.next == inHeap {
+		w.heapRemove(int(n.prev))
+		return
+	}
+	next, prev := n.next, n.prev
+	if next != nilIdx {
+		w.slab.at(next).prev = prev
+	}
+	if prev >= 0 {
+		w.slab.at(prev).next = next
+		return
+	}
+	list := int(-prev - 2)
+	w.heads[list] = next
+	if next != nilIdx {
+		return
+	}
+	if list < w.overdueList() {
+		w.setOccupied(list, false)
+	} else {
+		w.overdueMin = math.MaxInt64
+	}
+}
+
+// takeList empties a list and returns its former head; the nodes keep their
+// links to each other.
+func (w *Wheel[V]) takeList(list int) int32 {
+	head := w.heads[list]
+	if head == nilIdx {
+		return nilIdx
+	}
+	w.heads[list] = nilIdx
+	if list < w.overdueList() {
+		w.setOccupied(list, false)
+	} else {
+		w.overdueMin = math.MaxInt64
+	}
+	return head
+}
+
+// cascade moves the level-1 list of cur's block into level 0. Entries keep
+// their sequence numbers.
+func (w *Wheel[V]) cascade() {
+	for i := w.takeList(w.level1(w.cur >> w.shift)); i != nilIdx; {
+		n := w.slab.at(i)
+		next := n.next
+		w.pushList(int(w.tickOf(n.due)&w.mask), i)
+		i = next
+	}
+}
+
+// nextOccupied returns the distance from slot `from` to the first occupied
+// slot of a level at or after it (cyclically), or -1 if the level is empty.
+func (w *Wheel[V]) nextOccupied(level, from int) int {
+	occupied := w.occupied[level]
+	words := len(occupied)
+	wi := from >> 6
+	word := occupied[wi] &^ (1<<(from&63) - 1)
+	for k := 0; k <= words; k++ {
+		if word != 0 {
+			slot := wi<<6 + bits.TrailingZeros64(word)
+			return (slot - from) & (w.slots - 1)
+		}
+		wi++
+		if wi == words {
+			wi = 0
+		}
+		word = occupied[wi]
+	}
+	return -1
+}
