@@ -137,11 +137,76 @@ func compareFire(a, b fireEntry) int {
 }
 
 // fireList fires the entries of one list that are due at or before n.
+//
+// A list is newest first. When it is also in descending (due, seq) order, as
+// it is whenever entries were added in deadline order (a burst of equal due
+// times, a fixed delay), the due entries are its tail: they fire from the
+// tail backwards with no sort and no copy. Otherwise, or if a fire removes or
+// reschedules the entry due next, the remaining due entries are collected,
+// sorted and fired by fireSorted. Entries that fire adds or reschedules get
+// a sequence number after seq and never fire in the same call.
 func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Time, v V)) {
-	b := w.batch[:0]
+	seq := w.seq
+	due, tail, ordered := 0, nilIdx, true
+	var last *node[V]
 	for i := w.heads[list]; i != nilIdx; {
 		nd := w.slab.at(i)
 		if nd.due <= n {
+			due++
+		}
+		if last != nil && (nd.due > last.due || nd.due == last.due && int32(nd.seq-last.seq) > 0) {
+			ordered = false
+		}
+		last, tail = nd, i
+		i = nd.next
+	}
+	if !ordered {
+		w.fireSorted(list, n, seq, due, fire)
+		return
+	}
+	for i := tail; i >= 0; {
+		nd := w.slab.at(i)
+		if nd.due > n || int32(nd.seq-seq) > 0 {
+			return
+		}
+		p := nd.prev // the entry due next, or a list head marker
+		var pseq uint32
+		if p >= 0 {
+			pseq = w.slab.at(p).seq
+		}
+		w.fireNode(i, fire)
+		if p < 0 {
+			return
+		}
+		if pn := w.slab.at(p); pn.gen&1 == 0 || pn.seq != pseq || pn.next != nilIdx {
+			// fire removed or moved the entry due next: fall back.
+			w.fireSorted(list, n, seq, due, fire)
+			return
+		}
+		i = p
+	}
+}
+
+// fireNode unlinks pending node i, drops it from the index and calls fire.
+func (w *Wheel[V]) fireNode(i int32, fire func(id string, due time.Time, v V)) {
+	nd := w.slab.at(i)
+	id, v, due := nd.id, nd.v, nd.due
+	w.unlink(i)
+	w.index.deleteAt(nd.pos)
+	w.slab.release(i)
+	fire(id, w.abs(due), v)
+}
+
+// fireSorted fires the entries of a list due at or before n and placed at or
+// before sequence number seq, in (due, seq) order; size is a capacity hint.
+func (w *Wheel[V]) fireSorted(list int, n int64, seq uint32, size int, fire func(id string, due time.Time, v V)) {
+	b := w.batch[:0]
+	if cap(b) < size {
+		b = make([]fireEntry, 0, size)
+	}
+	for i := w.heads[list]; i != nilIdx; {
+		nd := w.slab.at(i)
+		if nd.due <= n && int32(nd.seq-seq) <= 0 {
 			b = append(b, fireEntry{due: nd.due, seq: nd.seq, idx: i})
 		}
 		i = nd.next
@@ -156,10 +221,6 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 		if nd.gen&1 == 0 || nd.seq != e.seq {
 			continue // removed or rescheduled by an earlier fire
 		}
-		id, v := nd.id, nd.v
-		w.unlink(e.idx)
-		w.index.deleteAt(w.index.findNode(e.idx, nd.hash))
-		w.slab.release(e.idx)
-		fire(id, w.abs(e.due), v)
+		w.fireNode(e.idx, fire)
 	}
 }

@@ -80,23 +80,27 @@ func (w *Wheel[V]) check() error {
 	if seen != w.index.count {
 		return fmt.Errorf("%d linked nodes, index holds %d", seen, w.index.count)
 	}
-	indexed := 0
-	for pos, e := range w.index.slots {
-		if e == 0 {
+	indexed, used := 0, 0
+	for pos, tag := range w.index.tags {
+		if tag == tagEmpty {
+			continue
+		}
+		used++
+		if tag == tagDeleted {
 			continue
 		}
 		indexed++
-		i := int32(uint32(e)) - 1
+		i := w.index.nodes[pos]
 		n := w.slab.at(i)
-		if n.gen&1 == 0 || uint32(e>>32) != w.index.hash(n.id) {
-			return fmt.Errorf("index slot %d: node %d gen %d id %q", pos, i, n.gen, n.id)
+		if n.gen&1 == 0 || tag != tagOf(n.hash) || n.hash != w.index.hash(n.id) || int(n.pos) != pos {
+			return fmt.Errorf("index position %d: node %d gen %d pos %d id %q", pos, i, n.gen, n.pos, n.id)
 		}
-		if p, j, ok := find(&w.index, &w.slab, n.id, w.index.hash(n.id)); !ok || j != i || int(p) != pos {
-			return fmt.Errorf("id %q not found at its slot %d", n.id, pos)
+		if p, j, ok := find(&w.index, &w.slab, n.id, n.hash); !ok || j != i || int(p) != pos {
+			return fmt.Errorf("id %q not found at its position %d", n.id, pos)
 		}
 	}
-	if indexed != w.index.count {
-		return fmt.Errorf("index count %d, %d slots used", w.index.count, indexed)
+	if indexed != w.index.count || used != w.index.used || w.index.full() {
+		return fmt.Errorf("index count %d used %d of %d, %d live and %d used positions", w.index.count, w.index.used, len(w.index.tags), indexed, used)
 	}
 	return nil
 }

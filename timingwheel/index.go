@@ -2,102 +2,131 @@ package timingwheel
 
 import "hash/maphash"
 
-// index maps ids to node indexes: open addressing with linear probing and
-// backward-shift deletion. Each slot packs the low 32 bits of the id's hash
-// (upper half) and node index + 1 (lower half); 0 is empty. The hash bits
-// give the home slot on rehash and deletion without touching nodes, and
-// filter most probes before a string comparison.
+// index maps ids to node indexes: open addressing with linear probing over
+// two parallel arrays. tags holds one byte per position (empty, deleted, or
+// 8 bits of the id's hash); nodes holds the node index at each used position.
+//
+// The tag array is 1/4 the size of nodes and is the only part a probe scans,
+// so it stays in cache where a table of wider slots would not: adding a new id
+// costs no cache miss on a load (the write into nodes does not stall), and a
+// lookup reads one nodes entry and one node per tag match. Deletion leaves a
+// tombstone, so entries never move and each node keeps its position
+// (node.pos): removing by handle or firing touches only the tag byte. The
+// table is rebuilt from the slab when used positions pass three quarters.
 type index struct {
 	seed  maphash.Seed
-	slots []uint64
+	tags  []uint8
+	nodes []int32
 	mask  uint32
-	count int
+	count int // live entries
+	used  int // live entries and tombstones
 }
 
-const minIndexSlots = 16
+const (
+	tagEmpty   = 0
+	tagDeleted = 1
+
+	minIndexSlots = 16
+)
 
 func (x *index) init() {
 	x.seed = maphash.MakeSeed()
-	x.slots = make([]uint64, minIndexSlots)
-	x.mask = minIndexSlots - 1
+	x.alloc(minIndexSlots)
+}
+
+func (x *index) alloc(n int) {
+	x.tags = make([]uint8, n)
+	x.nodes = make([]int32, n)
+	x.mask = uint32(n - 1)
+	x.count, x.used = 0, 0
 }
 
 func (x *index) hash(id string) uint32 {
 	return uint32(maphash.String(x.seed, id))
 }
 
-// find returns the slot position and node index of id, or ok=false and the
-// empty position where id would be inserted.
+// tagOf is the tag byte of hash h: its top 8 bits, never empty or deleted.
+func tagOf(h uint32) uint8 {
+	return max(uint8(h>>24), 2)
+}
+
+// find returns the position and node index of id, or ok=false and the
+// position where id would be inserted (the first tombstone on its probe path,
+// else the empty position that ended it).
 func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32, ok bool) {
-	pos = h & x.mask
-	for {
-		e := x.slots[pos]
-		if e == 0 {
+	tag := tagOf(h)
+	free := int64(-1)
+	for pos = h & x.mask; ; pos = (pos + 1) & x.mask {
+		switch t := x.tags[pos]; t {
+		case tagEmpty:
+			if free >= 0 {
+				pos = uint32(free)
+			}
 			return pos, nilIdx, false
-		}
-		if uint32(e>>32) == h {
-			i = int32(uint32(e)) - 1
-			if s.at(i).id == id {
+		case tagDeleted:
+			if free < 0 {
+				free = int64(pos)
+			}
+		case tag:
+			if i = x.nodes[pos]; s.at(i).id == id {
 				return pos, i, true
 			}
 		}
-		pos = (pos + 1) & x.mask
 	}
 }
 
-// findNode returns the slot position holding node i with hash h.
-func (x *index) findNode(i int32, h uint32) uint32 {
-	want := uint64(h)<<32 | uint64(uint32(i)+1)
-	pos := h & x.mask
-	for x.slots[pos] != want {
-		pos = (pos + 1) & x.mask
-	}
-	return pos
-}
-
-// insertAt stores node i at the empty position pos found by find, growing the
-// table when it is three quarters full.
+// insertAt stores node i with hash h at the position find returned. The
+// caller records pos in the node, then calls rebuild if full reports true.
 func (x *index) insertAt(pos uint32, i int32, h uint32) {
-	x.slots[pos] = uint64(h)<<32 | uint64(uint32(i)+1)
+	if x.tags[pos] == tagEmpty {
+		x.used++
+	}
+	x.tags[pos] = tagOf(h)
+	x.nodes[pos] = i
 	x.count++
-	if x.count*4 > len(x.slots)*3 {
-		x.grow()
-	}
 }
 
-func (x *index) grow() {
-	old := x.slots
-	x.slots = make([]uint64, len(old)*2)
-	x.mask = uint32(len(x.slots) - 1)
-	for _, e := range old {
-		if e == 0 {
-			continue
-		}
-		pos := uint32(e>>32) & x.mask
-		for x.slots[pos] != 0 {
-			pos = (pos + 1) & x.mask
-		}
-		x.slots[pos] = e
-	}
-}
+// full reports whether live entries and tombstones pass three quarters.
+func (x *index) full() bool { return x.used*4 > len(x.tags)*3 }
 
-// deleteAt empties position pos and shifts back the entries after it that
-// would otherwise become unreachable.
+// deleteAt removes the entry at pos. It leaves a tombstone unless the next
+// position is empty, in which case no probe passes pos and it and the
+// tombstones just before it become empty.
 func (x *index) deleteAt(pos uint32) {
 	x.count--
-	hole := pos
+	if x.tags[(pos+1)&x.mask] != tagEmpty {
+		x.tags[pos] = tagDeleted
+		return
+	}
 	for {
-		pos = (pos + 1) & x.mask
-		e := x.slots[pos]
-		if e == 0 {
-			break
-		}
-		home := uint32(e>>32) & x.mask
-		// Move e into the hole unless its home lies cyclically in (hole, pos].
-		if (pos-home)&x.mask >= (pos-hole)&x.mask {
-			x.slots[hole] = e
-			hole = pos
+		x.tags[pos] = tagEmpty
+		x.used--
+		pos = (pos - 1) & x.mask
+		if x.tags[pos] != tagDeleted {
+			return
 		}
 	}
-	x.slots[hole] = 0
+}
+
+// rebuild re-creates the index from the pending nodes of the slab (in slab
+// order, so node reads are sequential), at most half full, and records each
+// node's new position.
+func rebuild[V any](x *index, s *slab[V]) {
+	n := minIndexSlots
+	for n < 2*(x.count+1) {
+		n *= 2
+	}
+	x.alloc(n)
+	for i := int32(0); i < s.used; i++ {
+		nd := s.at(i)
+		if nd.gen&1 == 0 {
+			continue
+		}
+		pos := nd.hash & x.mask
+		for x.tags[pos] != tagEmpty {
+			pos = (pos + 1) & x.mask
+		}
+		x.insertAt(pos, i, nd.hash)
+		nd.pos = pos
+	}
 }

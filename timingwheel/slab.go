@@ -11,8 +11,7 @@ const (
 )
 
 // node is one scheduled entry. v comes first so that a zero-size V adds no
-// trailing padding, and a 4-byte V shares its word with hash. With V of 4
-// bytes a node is 48 bytes, with V of 8 bytes 56.
+// trailing padding. With V of up to 8 bytes a node is 56 bytes.
 type node[V any] struct {
 	v    V
 	hash uint32 // the id's index hash, so removal and firing never rehash the id
@@ -20,6 +19,7 @@ type node[V any] struct {
 	prev int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
 	gen  uint32 // odd while pending, even while free; bumped on alloc and free
 	seq  uint32 // insertion order, assigned on Add and Reschedule
+	pos  uint32 // position in the id index
 	due  int64  // nanoseconds since start
 	id   string
 }

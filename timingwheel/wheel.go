@@ -37,8 +37,8 @@ type Wheel[V any] struct {
 	tick  int64
 	mask  int64 // Slots-1
 
-	shift uint  // log2(Slots): a level-1 slot spans 1<<shift ticks
-	slots int   // Slots
+	shift uint // log2(Slots): a level-1 slot spans 1<<shift ticks
+	slots int  // Slots
 
 	slab  slab[V]
 	index index
@@ -157,6 +157,10 @@ func (w *Wheel[V]) add(id string, due int64, v V) (int32, bool) {
 	n.due = due
 	w.place(i)
 	w.index.insertAt(pos, i, h)
+	n.pos = pos
+	if w.index.full() {
+		rebuild(&w.index, &w.slab)
+	}
 	return i, true
 }
 
@@ -181,7 +185,7 @@ func (w *Wheel[V]) RemoveHandle(h Handle) bool {
 	if n.gen != h.gen {
 		return false
 	}
-	w.index.deleteAt(w.index.findNode(h.idx, n.hash))
+	w.index.deleteAt(n.pos)
 	w.drop(h.idx)
 	return true
 }

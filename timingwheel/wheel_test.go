@@ -334,3 +334,31 @@ func TestManyEntries(t *testing.T) {
 		t.Fatalf("fired %d of %d, Len %d", count, n, w.Len())
 	}
 }
+
+// TestReentrantFireSameSlot covers a fire that removes or moves the entry due
+// next in the same slot, in a slot kept in deadline order and in one that is not.
+func TestReentrantFireSameSlot(t *testing.T) {
+	t.Parallel()
+	for _, order := range [][]string{{"a", "b", "c", "d"}, {"d", "c", "b", "a"}} {
+		w := New[int](t0, Options{})
+		due := map[string]time.Time{"a": ms(1.1), "b": ms(1.2), "c": ms(1.3), "d": ms(1.4)}
+		for _, id := range order {
+			w.Add(id, due[id], 0)
+		}
+		var got []string
+		w.Advance(ms(2), func(id string, _ time.Time, _ int) {
+			got = append(got, id)
+			if id == "a" {
+				w.Remove("b")
+				w.Reschedule("c", ms(1.5)) // due at or before now: the next Advance
+				w.Add("e", ms(1.0), 0)     // likewise
+			}
+		})
+		if !slices.Equal(got, []string{"a", "d"}) {
+			t.Fatalf("added %v: first Advance fired %v", order, got)
+		}
+		if got := ids(collect(t, w, ms(2))); !slices.Equal(got, []string{"e", "c"}) {
+			t.Fatalf("added %v: second Advance fired %v", order, got)
+		}
+	}
+}
