@@ -1,12 +1,16 @@
-// Package timingwheel is a hybrid hashed timing wheel and 4-ary min-heap for
-// scheduling many deadlines from a single owner goroutine.
+// Package timingwheel is a two-level hashed timing wheel, with a 4-ary
+// min-heap for far deadlines, for scheduling many deadlines from a single
+// owner goroutine.
 //
 // A Wheel is pure data: it starts no goroutines, takes no locks and never reads
 // the clock. The owner passes the current time to Advance and arms one timer to
-// the time reported by Next; see the Example. Entries due within the wheel's
-// horizon (Options.Tick × Options.Slots, about 4s by default) live in
-// per-tick slots; entries further out wait in a min-heap and move into the
-// wheel as time reaches them.
+// the time reported by Next; see the Example. Entries due within
+// Options.Tick × Options.Slots (about 4s by default) live in per-tick level-0
+// slots; entries due within Slots × Slots ticks (about 4.6h) live in level-1
+// slots of Slots ticks each and cascade into level 0 when time reaches their
+// slot; entries further out wait in a min-heap and move into the wheel as
+// time reaches them. Add, Remove and Reschedule are O(1) list operations
+// below the heap's horizon.
 //
 // Guarantees, checked by a model-based fuzz test:
 //   - an entry never fires before its due time, whatever the slot width;
@@ -21,12 +25,14 @@
 // using the monotonic clock reading of time.Time when present. Due times
 // before start, or before the latest Advance, fire on the next Advance.
 //
-// Memory: one node per pending entry in a chunked slab (48 bytes for a value of
-// up to 8 bytes), an open-addressing id index of 8 to 16 bytes per entry, and a
-// 4-byte heap slot for entries beyond the horizon. Removing an entry that waits
-// in the heap leaves its node there as a zombie, as the Go runtime does with
-// stopped timers; zombies are freed when they reach the top of the heap or
-// when they pass a quarter of it. A Go map[string]int32 index alone
+// Memory: one node per pending entry in a chunked slab (56 bytes for a value
+// of up to 8 bytes) and an id index of 5 bytes per position, 10 to 20 bytes per
+// entry: a one-byte tag array that probes scan and that stays in cache, and the
+// node index of each position. A node remembers its index position, so
+// RemoveHandle and firing never hash or look up the id. Removing an entry
+// that waits in the heap leaves its node there as a zombie, as the Go runtime
+// does with stopped timers; zombies are freed when they reach the top of the
+// heap or when they pass a quarter of it. A Go map[string]int32 index alone
 // costs about 56 bytes per entry at one million entries, which is why the index
 // is a small purpose-built table.
 package timingwheel
