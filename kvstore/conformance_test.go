@@ -127,6 +127,34 @@ func testStore(t *testing.T, newHarness func(t *testing.T) harness) {
 		}
 	})
 
+	t.Run("GetMany", func(t *testing.T) {
+		t.Parallel()
+		s, ctx := newHarness(t).store, testContext(t)
+		want := map[string]uint64{}
+		var ids []string
+		for i := range 300 { // more than one batch
+			id := fmt.Sprintf("many-%d", i)
+			ids = append(ids, id)
+			want[id] = mustCreate(t, s, newTask(id)).Revision
+		}
+		gone := mustCreate(t, s, newTask("many-gone"))
+		if err := s.Delete(ctx, "many-gone", gone.Revision); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.GetMany(ctx, append(ids, "many-gone", "many-never", "bad id"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("GetMany returned %d records, want %d (deleted, missing and invalid ids left out)", len(got), len(want))
+		}
+		for _, e := range got {
+			if rev, ok := want[e.Task.ID]; !ok || rev != e.Revision || !reflect.DeepEqual(e.Task, *newTask(e.Task.ID)) {
+				t.Fatalf("GetMany: %s at %d, want revision %d", e.Task.ID, e.Revision, rev)
+			}
+		}
+	})
+
 	t.Run("Async", func(t *testing.T) {
 		t.Parallel()
 		s, ctx := newHarness(t).store, testContext(t)

@@ -233,3 +233,17 @@ func (m *MemStore) putRaw(key string, val []byte) uint64 {
 	defer m.mu.Unlock()
 	return m.write(key, val, false)
 }
+
+// GetMany reads the current records of many tasks; missing, deleted and unreadable ones are left
+// out, as JetStore.GetMany does.
+func (m *MemStore) GetMany(ctx context.Context, ids []string) ([]Entry, error) {
+	out := make([]Entry, 0, len(ids))
+	for _, id := range ids {
+		if e, err := m.Get(ctx, id); err == nil {
+			out = append(out, e)
+		} else if ctx.Err() != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}

@@ -11,6 +11,9 @@ type Store interface {
 	Create(ctx context.Context, t *Task) (Entry, error)
 	// Get returns the current record, or ErrNotFound.
 	Get(ctx context.Context, id string) (Entry, error)
+	// GetMany returns the records of those ids that exist, in batched reads, for reading ahead.
+	// On a replicated bucket a record may be slightly stale: use it only for a CAS write.
+	GetMany(ctx context.Context, ids []string) ([]Entry, error)
 	// Update replaces the record if its revision is still rev; otherwise ErrConflict
 	// (ErrNotFound if the key has been deleted or never existed... also reported as ErrConflict
 	// when the server cannot tell the two apart). Returns the new revision.
