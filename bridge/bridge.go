@@ -19,6 +19,7 @@ type Store interface {
 	CreateAsync(ctx context.Context, t *kvstore.Task, done func(kvstore.Entry, error))
 	UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error))
 	Get(ctx context.Context, id string) (kvstore.Entry, error)
+	GetMany(ctx context.Context, ids []string) ([]kvstore.Entry, error)
 	Update(ctx context.Context, t *kvstore.Task, rev uint64) (uint64, error)
 	Delete(ctx context.Context, id string, rev uint64) error
 	Watch(ctx context.Context, partitions ...int) (kvstore.Watcher, error)

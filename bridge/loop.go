@@ -25,22 +25,27 @@ type slot struct {
 	kind jobKind
 }
 
-// job is one unit of work for a worker. entry is set when the loop holds the record's payload.
+// job is one unit of work for a worker. entry is set when the loop holds the record's payload;
+// a jobPreRead carries many ids, read in one batch.
 type job struct {
 	kind  jobKind
 	id    string
 	rev   uint64
 	entry *kvstore.Entry
+	ids   []string
 }
+
+// preReadBatch is how many records one pre-read job reads at once.
+const preReadBatch = 256
 
 // result is a worker's report to the loop: put the task back in the wheel (retry a failed store
 // call later, or a wall clock that is behind the monotonic one), or hand over a pre-read record.
 type result struct {
-	id    string
-	rev   uint64
-	kind  jobKind
-	at    int64          // UTC Unix ms at which to try again
-	entry *kvstore.Entry // pre-read record, for jobPreRead
+	id      string
+	rev     uint64
+	kind    jobKind
+	at      int64           // UTC Unix ms at which to try again
+	entries []kvstore.Entry // pre-read records, for jobPreRead
 }
 
 // loopState is owned by the loop goroutine alone.
@@ -50,6 +55,7 @@ type loopState struct {
 	wheel  *timingwheel.Wheel[slot]
 	near   map[string]*kvstore.Entry // records with payload, for tasks due within PreRead
 	queue  []job                     // jobs the workers have not taken yet
+	reads  []string                  // ids to pre-read, batched into jobs after each Advance
 }
 
 // loop is the scheduling loop: it owns the wheel, the pre-read cache and one timer armed to the
@@ -115,6 +121,7 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 		}
 		now := b.cfg.Now()
 		l.wheel.Advance(now, l.due)
+		l.flushReads()
 		if at, ok := l.wheel.Next(); ok && (armed.IsZero() || at.Before(armed)) {
 			timer.Reset(at.Sub(now))
 			armed = at
@@ -185,18 +192,33 @@ func (l *loopState) due(id string, at time.Time, s slot) {
 			j.kind = jobFire
 			j.entry = e
 			delete(l.near, id)
-		} else {
-			l.wheel.Add(id, at.Add(l.b.cfg.PreRead), slot{rev: s.rev, kind: jobFire})
+			break
 		}
+		l.wheel.Add(id, at.Add(l.b.cfg.PreRead), slot{rev: s.rev, kind: jobFire})
+		l.reads = append(l.reads, id)
+		return
 	}
 	l.queue = append(l.queue, j)
 }
 
+// flushReads turns the ids collected for pre-reading into batched read jobs.
+func (l *loopState) flushReads() {
+	for len(l.reads) > 0 {
+		n := min(len(l.reads), preReadBatch)
+		l.queue = append(l.queue, job{kind: jobPreRead, ids: l.reads[:n:n]})
+		l.reads = l.reads[n:]
+	}
+	l.reads = nil
+}
+
 // result takes a worker's report back into the wheel.
 func (l *loopState) result(r result) {
-	if r.entry != nil { // a pre-read record: keep it if the wheel still expects that revision
-		if _, cur, ok := l.wheel.Get(r.id); ok && cur.rev == r.entry.Revision && cur.kind == jobFire {
-			l.near[r.id] = r.entry
+	if r.entries != nil { // pre-read records: keep those the wheel still expects at that revision
+		for i := range r.entries {
+			e := &r.entries[i]
+			if _, cur, ok := l.wheel.Get(e.Task.ID); ok && cur.rev == e.Revision && cur.kind == jobFire {
+				l.near[e.Task.ID] = e
+			}
 		}
 		return
 	}

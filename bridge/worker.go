@@ -62,10 +62,15 @@ func (b *Bridge) load(ctx context.Context, j job) (kvstore.Entry, bool) {
 	return e, true
 }
 
+// preRead loads the records of tasks due soon, with their payloads, in one batched read, so that
+// firing them is a single write. A failed read costs nothing but a read at fire time.
 func (b *Bridge) preRead(ctx context.Context, j job) {
-	e, err := b.store.Get(ctx, j.id)
-	if err == nil && e.Task.Status == kvstore.StatusWaiting {
-		b.report(result{id: j.id, entry: &e})
+	es, err := b.store.GetMany(ctx, j.ids)
+	if err != nil {
+		b.log.Debug("pre-read", "tasks", len(j.ids), "err", err)
+	}
+	if len(es) > 0 {
+		b.report(result{entries: es})
 	}
 }
 
