@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -154,6 +155,11 @@ func BenchmarkFireAck(b *testing.B) {
 		if time.Now().After(due) {
 			b.Fatal("intake took longer than the lead time; raise it")
 		}
+		if f := os.Getenv("AX_BENCH_CPUPROFILE"); f != "" { // profile the burst alone
+			<-time.After(time.Until(due))
+			stop := startCPUProfile(b, f)
+			defer stop()
+		}
 		acked := func() bool {
 			return metricSum(reg, "ax_acks_total", map[string]string{"outcome": "ack"}) >= float64(benchTasks)
 		}
@@ -286,4 +292,16 @@ func startServerProcess(b *testing.B) string {
 		b.Fatal("nats-server process did not start")
 	}
 	return url
+}
+
+// startCPUProfile writes a CPU profile to path until the returned func is called.
+func startCPUProfile(b *testing.B, path string) func() {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }
 }
