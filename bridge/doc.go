@@ -1,0 +1,23 @@
+// Package bridge is the ax bridge service: it takes schedule messages from the intake stream
+// (ax.schedule.<bizType>), keeps each task as a record in the task store, fires it to
+// ax.fire.<bizType> at its due time and applies the consumer's ack (subjects.md is the protocol).
+//
+// # Shape
+//
+//   - Intake: a JetStream consumer shared by all replicas. Each message is validated
+//     (parseSchedule, a pure function); a bad one is reported on ax.rejected.<bizType> and
+//     dropped; a good one is created in the store with a pipelined write, and the message is acked
+//     only once the record is durable.
+//   - The scheduling loop (loop.go) is the only owner of the timing wheel: it watches the store
+//     (initial load, then live changes), keeps one wheel entry per task for its next step (fire,
+//     pre-read, lease end, retention end) and one timer armed to the wheel's next deadline. It
+//     holds payloads only for tasks due within Config.PreRead.
+//   - Workers run the due steps: claim by CAS (WAITING → RUNNING) and publish the fire message from
+//     the write's completion; count an expired lease as a failed attempt; delete a retired record.
+//   - Acks arrive on a queue subscription (any replica applies any ack, by CAS); this replica's own
+//     plain subscription on its reply subjects receives NATS's no-responders status when nobody
+//     was subscribed to the fire subject.
+//
+// Every state change is a compare-and-swap on the record's revision, so several bridges on one
+// bucket never fire an attempt twice; a task fires again only after its attempt failed.
+package bridge
