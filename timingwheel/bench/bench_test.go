@@ -57,8 +57,35 @@ func once(b *testing.B, measure func() map[string]float64) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// owner is a scheduler that also takes an absolute due time, as the bridge
+// passes one computed from a record (origin.Add(offset)).
+type owner interface {
+	addAt(k int, due time.Time)
+}
+
+// ownerClockEvery is how many adds share one clock reading in the
+// owner-style schedule run (impl=wheel-owner).
+const ownerClockEvery = 64
+
+// BenchmarkSchedule measures adds with 1M pending. impl=wheel computes each
+// due time with time.Now().Add(delay), one clock read per add as AfterFunc
+// does internally. impl=wheel-owner measures the wheel as the bridge uses it:
+// due = base.Add(delay), with base read from the clock once every
+// ownerClockEvery adds.
 func BenchmarkSchedule(b *testing.B) {
+	type variant struct {
+		name  string
+		make  func() scheduler
+		owner bool
+	}
+	var variants []variant
 	for _, impl := range impls {
+		variants = append(variants, variant{impl.name, impl.make, false})
+		if impl.name == "wheel" {
+			variants = append(variants, variant{"wheel-owner", impl.make, true})
+		}
+	}
+	for _, impl := range variants {
 		for _, d := range dists {
 			b.Run("impl="+impl.name+"/dist="+d.name, func(b *testing.B) {
 				if b.N > extra {
@@ -79,6 +106,17 @@ func BenchmarkSchedule(b *testing.B) {
 					base = pending + extra - 1 // keep the ids of the main run unused
 				}
 				b.ResetTimer()
+				if impl.owner {
+					o := s.(owner)
+					var now time.Time
+					for i := range b.N {
+						if i%ownerClockEvery == 0 {
+							now = time.Now()
+						}
+						o.addAt(base+i, now.Add(delays[i]))
+					}
+					return
+				}
 				for i := range b.N {
 					s.add(base+i, delays[i])
 				}

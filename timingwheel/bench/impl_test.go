@@ -220,6 +220,7 @@ func (s *goZeroSched) close()                     { s.tw.Stop() }
 type wheelByID struct{ w *timingwheel.Wheel[uint32] }
 
 func (s *wheelByID) add(k int, d time.Duration) { s.w.Add(ids[k], time.Now().Add(d), uint32(k)) }
+func (s *wheelByID) addAt(k int, due time.Time) { s.w.Add(ids[k], due, uint32(k)) }
 func (s *wheelByID) cancel(k int)               { s.w.Remove(ids[k]) }
 func (s *wheelByID) close()                     {}
 
