@@ -18,9 +18,9 @@ func (w *Wheel[V]) Next() (time.Time, bool) {
 	// after cur's block; the heap top is its earliest. The three ranges
 	// overlap, so Next takes the least.
 	earliest := int64(math.MaxInt64)
-	if d := w.nextOccupied(0, int(w.cur&w.mask)); d >= 0 {
+	if d := w.nextOccupied(0, int(w.cur&w.mask0)); d >= 0 {
 		t := w.cur + int64(d)
-		earliest = w.listMin(int(t&w.mask), t*w.tick)
+		earliest = w.listMin(int(t&w.mask0), t*w.tick)
 	}
 	if d := w.nextOccupied(1, int((w.cur>>w.shift+1)&w.mask)); d >= 0 {
 		b := w.cur>>w.shift + 1 + int64(d)
@@ -82,7 +82,7 @@ func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v 
 			w.cascade()
 		}
 		w.migrate()
-		if s := int(w.cur & w.mask); w.heads[s] != nilIdx {
+		if s := int(w.cur & w.mask0); w.heads[s] != nilIdx {
 			w.fireList(s, n, fire)
 		}
 		if w.cur == nowTick {
@@ -92,7 +92,7 @@ func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v 
 		// occupied level-0 slot, the first tick of the next occupied level-1
 		// block, the tick of the earliest heap entry, or nowTick.
 		next := nowTick
-		if d := w.nextOccupied(0, int((w.cur+1)&w.mask)); d >= 0 {
+		if d := w.nextOccupied(0, int((w.cur+1)&w.mask0)); d >= 0 {
 			next = min(next, w.cur+1+int64(d))
 		}
 		if d := w.nextOccupied(1, int((w.cur>>w.shift+1)&w.mask)); d >= 0 {
@@ -103,6 +103,7 @@ func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v 
 		}
 		w.cur = next
 	}
+	w.precascade()
 }
 
 func (w *Wheel[V]) endAdvance() {

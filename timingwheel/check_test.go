@@ -13,7 +13,10 @@ func (w *Wheel[V]) check() error {
 	for list, head := range w.heads {
 		prev := -int32(list) - 2
 		if list < overdue {
-			level, slot := list/w.slots, list%w.slots
+			level, slot := 0, list
+			if list >= w.l0 {
+				level, slot = 1, list-w.l0
+			}
 			bit := w.occupied[level][slot>>6]&(1<<(slot&63)) != 0
 			if bit != (head != nilIdx) {
 				return fmt.Errorf("slot %d: occupied bit %v, head %d", list, bit, head)
@@ -41,8 +44,8 @@ func (w *Wheel[V]) check() error {
 			if n.hash != w.index.hash(n.id) {
 				return fmt.Errorf("node %d: hash %x of %q", i, n.hash, n.id)
 			}
-			if list < w.slots {
-				if n.due <= w.now || t < w.cur || t-w.cur > w.mask || int(t&w.mask) != list {
+			if list < w.l0 {
+				if n.due <= w.now || t < w.cur || t-w.cur > w.mask0 || int(t&w.mask0) != list {
 					return fmt.Errorf("node %d due %d (tick %d) in slot %d, cur %d, now %d", i, n.due, t, list, w.cur, w.now)
 				}
 				continue

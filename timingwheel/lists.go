@@ -6,14 +6,18 @@ import (
 )
 
 // Placement. With S = Slots, an entry due at tick t >= cur lives in
-//   - level 0, slot t mod S, if t < cur+S;
+//   - level 0, slot t mod 2S, if t < cur+2S;
 //   - else level 1, slot (t>>shift) mod S, if its block t>>shift is at most
 //     S-1 blocks after cur's block (a horizon of about 4.6h at 1ms × 4096);
 //   - else the heap.
 // Level-1 slot b mod S only ever holds entries of block b, and never of cur's
-// own block: when cur enters a block, Advance cascades that block's level-1
-// list into level 0 (cascade), and heap entries move down as the horizon
-// reaches them (migrate). Every list operation is O(1).
+// own block: when cur enters a block, Advance cascades what is left of that
+// block's level-1 list into level 0 (cascade), and heap entries move down as
+// the horizon reaches them (migrate). Level 0 spans two blocks, so every
+// entry of the block after cur's fits there: each Advance moves a bounded
+// number of them ahead of time (precascade), and the cascade at the block
+// boundary finds the list empty unless Advance was called too rarely to
+// finish. Every list operation is O(1).
 
 // place links node i (not linked anywhere) where its due time belongs and
 // gives it the next insertion sequence number.
@@ -33,24 +37,24 @@ func (w *Wheel[V]) place(i int32) {
 // file links node i, due at tick t >= cur, into its level-0 or level-1 slot,
 // or the heap.
 func (w *Wheel[V]) file(i int32, t int64) {
-	if t-w.cur <= w.mask {
-		w.pushList(int(t&w.mask), i)
+	if t-w.cur <= w.mask0 {
+		w.pushList(int(t&w.mask0), i)
 		return
 	}
 	if b := t >> w.shift; b-w.cur>>w.shift <= w.mask {
-		w.pushList(w.slots+int(b&w.mask), i)
+		w.pushList(w.level1(b), i)
 		return
 	}
 	w.heapPush(i)
 }
 
 // level1 is the list index of the level-1 slot for block b.
-func (w *Wheel[V]) level1(b int64) int { return w.slots + int(b&w.mask) }
+func (w *Wheel[V]) level1(b int64) int { return w.l0 + int(b&w.mask) }
 
 func (w *Wheel[V]) setOccupied(list int, on bool) {
 	level := 0
-	if list >= w.slots {
-		level, list = 1, list-w.slots
+	if list >= w.l0 {
+		level, list = 1, list-w.l0
 	}
 	if on {
 		w.occupied[level][list>>6] |= 1 << (list & 63)
@@ -121,8 +125,28 @@ func (w *Wheel[V]) cascade() {
 	for i := w.takeList(w.level1(w.cur >> w.shift)); i != nilIdx; {
 		n := w.slab.at(i)
 		next := n.next
-		w.pushList(int(w.tickOf(n.due)&w.mask), i)
+		w.pushList(int(w.tickOf(n.due)&w.mask0), i)
 		i = next
+	}
+}
+
+// precascadeLimit bounds the entries one Advance moves ahead of time, so that
+// no single call pays for a whole level-1 slot (about 14k entries at one
+// million pending over five minutes).
+const precascadeLimit = 256
+
+// precascade moves up to precascadeLimit entries of the level-1 list of the
+// block after cur's into level 0, where they fit: an entry of block cb+1 is
+// due before tick (cb+2)*Slots <= cur+2*Slots.
+func (w *Wheel[V]) precascade() {
+	list := w.level1(w.cur>>w.shift + 1)
+	for k := 0; k < precascadeLimit; k++ {
+		i := w.heads[list]
+		if i == nilIdx {
+			return
+		}
+		w.unlink(i)
+		w.pushList(int(w.tickOf(w.slab.at(i).due)&w.mask0), i)
 	}
 }
 
@@ -131,12 +155,16 @@ func (w *Wheel[V]) cascade() {
 func (w *Wheel[V]) nextOccupied(level, from int) int {
 	occupied := w.occupied[level]
 	words := len(occupied)
+	size := w.slots
+	if level == 0 {
+		size = w.l0
+	}
 	wi := from >> 6
 	word := occupied[wi] &^ (1<<(from&63) - 1)
 	for k := 0; k <= words; k++ {
 		if word != 0 {
 			slot := wi<<6 + bits.TrailingZeros64(word)
-			return (slot - from) & (w.slots - 1)
+			return (slot - from) & (size - 1)
 		}
 		wi++
 		if wi == words {

@@ -35,7 +35,9 @@ func (o Options) validate() error {
 type Wheel[V any] struct {
 	start time.Time
 	tick  int64
-	mask  int64 // Slots-1
+	mask  int64 // Slots-1: level-1 slot mask
+	mask0 int64 // 2*Slots-1: level-0 slot mask
+	l0    int   // 2*Slots level-0 slots
 
 	shift uint // log2(Slots): a level-1 slot spans 1<<shift ticks
 	slots int  // Slots
@@ -43,10 +45,11 @@ type Wheel[V any] struct {
 	slab  slab[V]
 	index index
 
-	// heads[0:Slots] are the level-0 slot lists (one tick each),
-	// heads[Slots:2*Slots] the level-1 slot lists (Slots ticks each) and
-	// heads[2*Slots] the overdue list of entries due at or before now. Lists
-	// are doubly linked through node.next and node.prev, newest first.
+	// heads[0:2*Slots] are the level-0 slot lists (one tick each, two
+	// level-1 blocks), heads[2*Slots:3*Slots] the level-1 slot lists (Slots
+	// ticks each) and heads[3*Slots] the overdue list of entries due at or
+	// before now. Lists are doubly linked through node.next and node.prev,
+	// newest first.
 	heads    []int32
 	occupied [2][]uint64 // bit per slot of each level: list not empty
 	heap     []int32     // entries beyond the level-1 horizon
@@ -90,15 +93,16 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 		start:       start,
 		tick:        int64(opts.Tick),
 		mask:        int64(opts.Slots - 1),
+		mask0:       int64(2*opts.Slots - 1),
+		l0:          2 * opts.Slots,
 		shift:       uint(bits.TrailingZeros(uint(opts.Slots))),
 		slots:       opts.Slots,
-		heads:       make([]int32, 2*opts.Slots+1),
+		heads:       make([]int32, 3*opts.Slots+1),
 		overdueMin:  math.MaxInt64,
 		zombieFloor: 256,
 	}
-	for l := range w.occupied {
-		w.occupied[l] = make([]uint64, (opts.Slots+63)/64)
-	}
+	w.occupied[0] = make([]uint64, (w.l0+63)/64)
+	w.occupied[1] = make([]uint64, (opts.Slots+63)/64)
 	for i := range w.heads {
 		w.heads[i] = nilIdx
 	}
