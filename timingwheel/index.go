@@ -68,7 +68,10 @@ func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32
 				free = int64(pos)
 			}
 		case tag:
-			if i = x.nodes[pos]; s.at(i).id == id {
+			// The node's full hash first: a tag match with another id then
+			// costs no read of either id's bytes.
+			i = x.nodes[pos]
+			if n := s.at(i); n.hash == h && n.id == id {
 				return pos, i, true
 			}
 		}
