@@ -5,11 +5,13 @@
 // A Wheel is pure data: it starts no goroutines, takes no locks and never reads
 // the clock. The owner passes the current time to Advance and arms one timer to
 // the time reported by Next; see the Example. Entries due within
-// Options.Tick × Options.Slots (about 4s by default) live in per-tick level-0
-// slots; entries due within Slots × Slots ticks (about 4.6h) live in level-1
-// slots of Slots ticks each and cascade into level 0 when time reaches their
-// slot; entries further out wait in a min-heap and move into the wheel as
-// time reaches them. Add, Remove and Reschedule are O(1) list operations
+// 2 × Options.Tick × Options.Slots (about 8s by default) live in per-tick
+// level-0 slots; entries due within Slots × Slots ticks (about 4.6h) live in
+// level-1 slots of Slots ticks each; entries further out wait in a min-heap
+// and move into the wheel as time reaches them. Level 0 spans two level-1
+// slots, so each Advance moves a bounded number (256) of the next level-1
+// slot's entries into level 0 ahead of time, and no single Advance pays for
+// a whole slot's cascade. Add, Remove and Reschedule are O(1) list operations
 // below the heap's horizon.
 //
 // Guarantees, checked by a model-based fuzz test:

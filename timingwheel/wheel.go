@@ -11,7 +11,7 @@ import (
 // Options configures a Wheel. The zero value gives the defaults.
 type Options struct {
 	Tick  time.Duration // slot width; default 1ms
-	Slots int           // number of wheel slots, power of two; default 4096 (horizon ~4s at 1ms)
+	Slots int           // slots per wheel level, power of two; default 4096 (level 0 spans 2×Slots ticks, ~8s at 1ms)
 }
 
 func (o Options) withDefaults() Options {
