@@ -91,6 +91,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate reports every invalid setting, after defaults are applied. New calls it too.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
 // validate reports every invalid setting.
 func (c Config) validate() error {
 	var errs []error
@@ -98,7 +101,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("replica id %q: want 1-64 characters of [A-Za-z0-9_-]", c.ReplicaID))
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > maxMaxRetry+1 {
-		errs = append(errs, fmt.Errorf("max attempts %d: want 1-%d", c.MaxAttempts, maxMaxRetry+1))
+		errs = append(errs, fmt.Errorf("max attempts %d (max retry %d): want max retry 0-%d", c.MaxAttempts, c.MaxAttempts-1, maxMaxRetry))
 	}
 	if err := checkAckWait(c.AckWait); err != nil {
 		errs = append(errs, err)

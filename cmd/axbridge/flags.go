@@ -32,6 +32,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("axbridge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `axbridge: the ax bridge, a delayed-task service for NATS JetStream.
+
+With no --nats-url it runs an embedded NATS server (JetStream, store under --data-dir) and the
+bridge on it. Every flag can also come from an environment variable: --ack-wait is AX_ACK_WAIT,
+--nats-url is AX_NATS_URL; a flag on the command line wins. The protocol is in subjects.md.
+
+`)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS server URL(s), comma-separated; empty starts an embedded server")
 	fs.StringVar(&o.creds, "creds", "", "NATS credentials file")
 	fs.StringVar(&o.nkey, "nkey", "", "NATS NKey seed file")

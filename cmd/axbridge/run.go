@@ -41,6 +41,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
+	cfg := bridge.Config{
+		Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: o.replicaID,
+		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
+		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon, Retention: o.retention,
+		Logger: log,
+	}
+	if err := cfg.Validate(); err != nil { // before anything starts
+		return err
+	}
+
 	var ns *server.Server
 	if o.natsURL == "" {
 		if ns, err = startEmbedded(o, log); err != nil {
@@ -68,12 +78,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	b, err := bridge.New(nc, store, bridge.Config{
-		Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: o.replicaID,
-		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
-		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon, Retention: o.retention,
-		Registerer: reg, Logger: log,
-	})
+	cfg.Registerer = reg
+	b, err := bridge.New(nc, store, cfg)
 	if err != nil {
 		return err
 	}

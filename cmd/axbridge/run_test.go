@@ -31,6 +31,14 @@ func TestFlagsFromEnv(t *testing.T) {
 	}
 }
 
+// Bad settings are reported before anything starts, each with what is wrong.
+func TestRunRejectsBadConfig(t *testing.T) {
+	err := run(context.Background(), []string{"--max-retry", "200", "--ack-wait", "10ms", "--data-dir", t.TempDir()}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "max retry 200") || !strings.Contains(err.Error(), "ack wait 10ms") {
+		t.Fatalf("err %v, want both problems named", err)
+	}
+}
+
 // The default mode as a newcomer runs it: embedded server, bridge on it, a task scheduled with a
 // plain publish fires, and a cancelled context stops everything cleanly.
 func TestRunEmbedded(t *testing.T) {
