@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -52,11 +53,20 @@ type handleCanceler interface {
 // onFire counts fires of background entries that fall due during a run.
 var onFire atomic.Int64
 
+// ownerCanceler cancels the way an owner does: prepare copies what the
+// caller holds for each victim (a freshly built id string, or the handle)
+// into a small batch, untimed; cancelPrepared(j) cancels the j-th.
+type ownerCanceler interface {
+	prepare(victims []int)
+	cancelPrepared(j int)
+}
+
 // --- timingwheel ---
 
 type wheelSched struct {
 	w       *timingwheel.Wheel[uint32]
 	handles []timingwheel.Handle
+	batch   []string
 }
 
 func newWheel() *wheelSched {
@@ -73,10 +83,19 @@ func (s *wheelSched) cancel(k int)       { s.w.Remove(ids[k]) }
 func (s *wheelSched) cancelHandle(k int) { s.w.RemoveHandle(s.handles[k]) }
 func (s *wheelSched) close()             {}
 
+func (s *wheelSched) prepare(victims []int) {
+	s.batch = s.batch[:0]
+	for _, k := range victims {
+		s.batch = append(s.batch, strings.Clone(ids[k]))
+	}
+}
+func (s *wheelSched) cancelPrepared(j int) { s.w.Remove(s.batch[j]) }
+
 // --- time.AfterFunc ---
 
 type afterFuncSched struct {
 	timers []*time.Timer
+	batch  []*time.Timer
 	byID   map[string]*time.Timer // only for cancel by id
 }
 
@@ -104,6 +123,14 @@ func (s *afterFuncSched) cancel(k int) {
 }
 
 func (s *afterFuncSched) cancelHandle(k int) { s.timers[k].Stop() }
+
+func (s *afterFuncSched) prepare(victims []int) {
+	s.batch = s.batch[:0]
+	for _, k := range victims {
+		s.batch = append(s.batch, s.timers[k])
+	}
+}
+func (s *afterFuncSched) cancelPrepared(j int) { s.batch[j].Stop() }
 
 func (s *afterFuncSched) close() {
 	for _, t := range s.timers {
