@@ -1,0 +1,71 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/internal/natstest"
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// On a 3-node cluster with an R3 bucket and stream, two bridges connected to different nodes
+// fire every task exactly once (no lease expired, so no repeats).
+func TestClusterR3TwoBridges(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, 3)
+	nc := natstest.Connect(t, c.ClientURLs())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := kvstore.OpenJetStore(context.Background(), js, kvstore.Config{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, nc: nc, store: store}
+	for i, id := range []string{"east", "west"} {
+		bnc := natstest.Connect(t, c.Servers[i].ClientURL(), nats.MaxReconnects(-1))
+		bjs, _ := jetstream.New(bnc)
+		bstore, err := kvstore.OpenJetStore(context.Background(), bjs, kvstore.Config{Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := bridge.New(bnc, bstore, bridge.Config{ReplicaID: id, StreamReplicas: 3, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := b.Stop(ctx); err != nil {
+				t.Errorf("stop %s: %v", id, err)
+			}
+		})
+	}
+	log := e.ackAndLog("ax.fire.r3")
+	// Every node must know about the consumer before the first fire, or NATS answers that fire
+	// with no-responders and it is retried (correctly, but the test counts repeats).
+	if !checkFor(10*time.Second, func() bool {
+		for _, s := range c.Servers {
+			if !s.NATS().GlobalAccount().SubscriptionInterest("ax.fire.r3") {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("consumer interest did not reach every node")
+	}
+	ids := e.scheduleSpread("r3", 200, 2*time.Second)
+	e.waitAll(ids, kvstore.StatusSuccess, 30*time.Second)
+	if repeats := log.check(t, ids); repeats != 0 {
+		t.Errorf("%d repeated fires on the R3 cluster with prompt acks", repeats)
+	}
+}
