@@ -84,18 +84,21 @@ func (w *Wheel[V]) check() error {
 		return fmt.Errorf("%d linked nodes, index holds %d", seen, w.index.count)
 	}
 	indexed, used := 0, 0
-	for pos, tag := range w.index.tags {
-		if tag == tagEmpty {
+	for pos, v := range w.index.slots {
+		if v == slotEmpty {
 			continue
 		}
 		used++
-		if tag == tagDeleted {
+		if v == slotDeleted {
 			continue
 		}
 		indexed++
-		i := w.index.nodes[pos]
+		i := slotNode(v)
+		if i < 0 || i >= w.slab.used {
+			return fmt.Errorf("index position %d: node %d out of range", pos, i)
+		}
 		n := w.slab.at(i)
-		if n.gen&1 == 0 || tag != tagOf(n.hash) || n.hash != w.index.hash(n.id) || int(n.pos) != pos {
+		if n.gen&1 == 0 || v != slotOf(n.hash, i) || n.hash != w.index.hash(n.id) || int(n.pos) != pos {
 			return fmt.Errorf("index position %d: node %d gen %d pos %d id %q", pos, i, n.gen, n.pos, n.id)
 		}
 		if p, j, ok := find(&w.index, &w.slab, n.id, n.hash); !ok || j != i || int(p) != pos {
@@ -103,7 +106,7 @@ func (w *Wheel[V]) check() error {
 		}
 	}
 	if indexed != w.index.count || used != w.index.used || w.index.full() {
-		return fmt.Errorf("index count %d used %d of %d, %d live and %d used positions", w.index.count, w.index.used, len(w.index.tags), indexed, used)
+		return fmt.Errorf("index count %d used %d of %d, %d live and %d used positions", w.index.count, w.index.used, len(w.index.slots), indexed, used)
 	}
 	return nil
 }
