@@ -84,21 +84,18 @@ func (w *Wheel[V]) check() error {
 		return fmt.Errorf("%d linked nodes, index holds %d", seen, w.index.count)
 	}
 	indexed, used := 0, 0
-	for pos, v := range w.index.slots {
-		if v == slotEmpty {
+	for pos, tag := range w.index.tags {
+		if tag == tagEmpty {
 			continue
 		}
 		used++
-		if v == slotDeleted {
+		if tag == tagDeleted {
 			continue
 		}
 		indexed++
-		i := slotNode(v)
-		if i < 0 || i >= w.slab.used {
-			return fmt.Errorf("index position %d: node %d out of range", pos, i)
-		}
+		i := w.index.nodes[pos]
 		n := w.slab.at(i)
-		if n.gen&1 == 0 || v != slotOf(n.hash, i) || n.hash != w.index.hash(n.id) || int(n.pos) != pos {
+		if n.gen&1 == 0 || tag != tagOf(n.hash) || n.hash != w.index.hash(n.id) || int(n.pos) != pos {
 			return fmt.Errorf("index position %d: node %d gen %d pos %d id %q", pos, i, n.gen, n.pos, n.id)
 		}
 		if p, j, ok := find(&w.index, &w.slab, n.id, n.hash); !ok || j != i || int(p) != pos {
@@ -106,7 +103,7 @@ func (w *Wheel[V]) check() error {
 		}
 	}
 	if indexed != w.index.count || used != w.index.used || w.index.full() {
-		return fmt.Errorf("index count %d used %d of %d, %d live and %d used positions", w.index.count, w.index.used, len(w.index.slots), indexed, used)
+		return fmt.Errorf("index count %d used %d of %d, %d live and %d used positions", w.index.count, w.index.used, len(w.index.tags), indexed, used)
 	}
 	return nil
 }

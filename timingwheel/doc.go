@@ -28,13 +28,12 @@
 // before start, or before the latest Advance, fire on the next Advance.
 //
 // Memory: one node per pending entry in a chunked slab (56 bytes for a value
-// of up to 8 bytes) and an id index of 8 bytes per position, 10.7 to 32 bytes
-// per entry between rebuilds (16.8 at one million): one 64-bit slot per
-// position holding the id's 32-bit hash and its node index, so a lookup reads
-// one slot and then the node. A node remembers its index position, so
-// RemoveHandle and firing never hash or look up the id. Removing an entry that
-// waits in the heap leaves its node there as a zombie, as the Go runtime does
-// with stopped timers; zombies are freed when they reach the top of the
+// of up to 8 bytes) and an id index of 5 bytes per position, 10 to 20 bytes per
+// entry: a one-byte tag array that probes scan and that stays in cache, and the
+// node index of each position. A node remembers its index position, so
+// RemoveHandle and firing never hash or look up the id. Removing an entry
+// that waits in the heap leaves its node there as a zombie, as the Go runtime
+// does with stopped timers; zombies are freed when they reach the top of the
 // heap or when they pass a quarter of it. A Go map[string]int32 index alone
 // costs about 56 bytes per entry at one million entries, which is why the index
 // is a small purpose-built table.

@@ -3,30 +3,28 @@ package timingwheel
 import "hash/maphash"
 
 // index maps ids to node indexes: open addressing with linear probing over
-// one array of 64-bit slots. A used slot holds the id's 32-bit hash in its
-// high half and the node index plus two in its low half; slotEmpty and
-// slotDeleted have a low half below two, so they never equal a used slot.
+// two parallel arrays. tags holds one byte per position (empty, deleted, or
+// 8 bits of the id's hash); nodes holds the node index at each used position.
 //
-// A probe reads one slot and learns both the full hash and the node, so a
-// lookup costs one cache miss in the table and then the node: a previous
-// version kept a one-byte tag array beside a separate node-index array, and a
-// lookup missed on the tag, then on the node index, then on the node. A hash
-// match with another id (one in 2^32 per probe) costs a read of the node and
-// its id. Deletion leaves a tombstone, so entries never move and each node
-// keeps its position (node.pos): removing by handle or firing touches only
-// its slot. The table is rebuilt from the slab when used positions pass
-// three quarters.
+// The tag array is 1/4 the size of nodes and is the only part a probe scans,
+// so it stays in cache where a table of wider slots would not: adding a new id
+// costs no cache miss on a load (the write into nodes does not stall), and a
+// lookup reads one nodes entry and one node per tag match. Deletion leaves a
+// tombstone, so entries never move and each node keeps its position
+// (node.pos): removing by handle or firing touches only the tag byte. The
+// table is rebuilt from the slab when used positions pass three quarters.
 type index struct {
 	seed  maphash.Seed
-	slots []uint64
-	mask  uint32 // len(slots)-1, a power of two minus one
-	count int    // live entries
-	used  int    // live entries and tombstones
+	tags  []uint8
+	nodes []int32
+	mask  uint32
+	count int // live entries
+	used  int // live entries and tombstones
 }
 
 const (
-	slotEmpty   = 0
-	slotDeleted = 1
+	tagEmpty   = 0
+	tagDeleted = 1
 
 	minIndexSlots = 16
 )
@@ -37,7 +35,8 @@ func (x *index) init() {
 }
 
 func (x *index) alloc(n int) {
-	x.slots = make([]uint64, n)
+	x.tags = make([]uint8, n)
+	x.nodes = make([]int32, n)
 	x.mask = uint32(n - 1)
 	x.count, x.used = 0, 0
 }
@@ -46,48 +45,33 @@ func (x *index) hash(id string) uint32 {
 	return uint32(maphash.String(x.seed, id))
 }
 
-// home is the first position of hash h's probe path.
-func (x *index) home(h uint32) uint32 {
-	return h & x.mask
+// tagOf is the tag byte of hash h: its top 8 bits, never empty or deleted.
+func tagOf(h uint32) uint8 {
+	return max(uint8(h>>24), 2)
 }
-
-// next is the position after pos, cyclically.
-func (x *index) next(pos uint32) uint32 {
-	return (pos + 1) & x.mask
-}
-
-// prev is the position before pos, cyclically.
-func (x *index) prev(pos uint32) uint32 {
-	return (pos - 1) & x.mask
-}
-
-// slotOf is the slot value of node i with hash h.
-func slotOf(h uint32, i int32) uint64 {
-	return uint64(h)<<32 | uint64(uint32(i)+2)
-}
-
-// slotNode is the node index of a used slot.
-func slotNode(s uint64) int32 { return int32(uint32(s) - 2) }
 
 // find returns the position and node index of id, or ok=false and the
 // position where id would be inserted (the first tombstone on its probe path,
 // else the empty position that ended it).
 func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32, ok bool) {
+	tag := tagOf(h)
 	free := int64(-1)
-	for pos = x.home(h); ; pos = x.next(pos) {
-		switch v := x.slots[pos]; {
-		case v == slotEmpty:
+	for pos = h & x.mask; ; pos = (pos + 1) & x.mask {
+		switch t := x.tags[pos]; t {
+		case tagEmpty:
 			if free >= 0 {
 				pos = uint32(free)
 			}
 			return pos, nilIdx, false
-		case v == slotDeleted:
+		case tagDeleted:
 			if free < 0 {
 				free = int64(pos)
 			}
-		case uint32(v>>32) == h:
-			i = slotNode(v)
-			if s.at(i).id == id {
+		case tag:
+			// The node's full hash first: a tag match with another id then
+			// costs no read of either id's bytes.
+			i = x.nodes[pos]
+			if n := s.at(i); n.hash == h && n.id == id {
 				return pos, i, true
 			}
 		}
@@ -97,30 +81,31 @@ func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32
 // insertAt stores node i with hash h at the position find returned. The
 // caller records pos in the node, then calls rebuild if full reports true.
 func (x *index) insertAt(pos uint32, i int32, h uint32) {
-	if x.slots[pos] == slotEmpty {
+	if x.tags[pos] == tagEmpty {
 		x.used++
 	}
-	x.slots[pos] = slotOf(h, i)
+	x.tags[pos] = tagOf(h)
+	x.nodes[pos] = i
 	x.count++
 }
 
 // full reports whether live entries and tombstones pass three quarters.
-func (x *index) full() bool { return x.used*4 > len(x.slots)*3 }
+func (x *index) full() bool { return x.used*4 > len(x.tags)*3 }
 
 // deleteAt removes the entry at pos. It leaves a tombstone unless the next
 // position is empty, in which case no probe passes pos and it and the
 // tombstones just before it become empty.
 func (x *index) deleteAt(pos uint32) {
 	x.count--
-	if x.slots[x.next(pos)] != slotEmpty {
-		x.slots[pos] = slotDeleted
+	if x.tags[(pos+1)&x.mask] != tagEmpty {
+		x.tags[pos] = tagDeleted
 		return
 	}
 	for {
-		x.slots[pos] = slotEmpty
+		x.tags[pos] = tagEmpty
 		x.used--
-		pos = x.prev(pos)
-		if x.slots[pos] != slotDeleted {
+		pos = (pos - 1) & x.mask
+		if x.tags[pos] != tagDeleted {
 			return
 		}
 	}
@@ -140,9 +125,9 @@ func rebuild[V any](x *index, s *slab[V]) {
 		if nd.gen&1 == 0 {
 			continue
 		}
-		pos := x.home(nd.hash)
-		for x.slots[pos] != slotEmpty {
-			pos = x.next(pos)
+		pos := nd.hash & x.mask
+		for x.tags[pos] != tagEmpty {
+			pos = (pos + 1) & x.mask
 		}
 		x.insertAt(pos, i, nd.hash)
 		nd.pos = pos
