@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/axbridge/axbridge/kvstore"
 )
@@ -44,6 +45,7 @@ type Bridge struct {
 	consume  jetstream.ConsumeContext
 	ackSub   *nats.Subscription // queue group on ax.ack.>: any replica applies an ack
 	nrSub    *nats.Subscription // plain sub on this replica's ack subjects: receives no-responders
+	api      micro.Service      // the task API: get, cancel, requeue
 
 	jobs      chan job       // loop → workers
 	results   chan result    // workers → loop
@@ -139,6 +141,12 @@ func (b *Bridge) Start(ctx context.Context) error {
 		b.workers.Add(1)
 		go b.purgeMarkers(loopCtx, p, b.cfg.PurgeInterval)
 	}
+	if b.api, err = b.startAPI(workCtx); err != nil {
+		b.mu.Unlock()
+		_ = b.Stop(ctx)
+		b.mu.Lock()
+		return fmt.Errorf("bridge: task API: %w", err)
+	}
 	b.consume, err = cons.Consume(b.onSchedule, jetstream.PullMaxMessages(2000),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			b.log.Debug("intake consumer", "err", err)
@@ -175,6 +183,9 @@ func (b *Bridge) Stop(ctx context.Context) error {
 	defer b.stopWork()
 
 	var errs []error
+	if b.api != nil {
+		_ = b.api.Stop()
+	}
 	if b.consume != nil {
 		b.consume.Drain()
 		select {

@@ -20,6 +20,7 @@ func TestSubjectsMatchSpec(t *testing.T) {
 		HeaderTaskID, HeaderDelay, HeaderDeliverAt, HeaderMaxRetry, HeaderAckWait, HeaderBackoff, HeaderBizType,
 		HeaderAttempt, HeaderDueAt, HeaderErrorCode, HeaderError, HeaderSubject, HeaderStatus,
 		CodeBadBizType, CodeBadTaskID, CodeBadDelay, CodeBadDeliverAt, CodeDelayAndDeliverAt, CodeDueInPast,
+		APIGet, APICancel, APIRequeue,
 		CodeBeyondHorizon, CodeBadMaxRetry, CodeBadAckWait, CodeBadBackoff, CodePayloadTooLarge, CodeDuplicateConflict,
 	}
 	for _, n := range names {
