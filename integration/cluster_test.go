@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/axbridge/axbridge/bridge"
@@ -29,26 +28,7 @@ func TestClusterR3TwoBridges(t *testing.T) {
 	}
 	e := &env{t: t, nc: nc, store: store}
 	for i, id := range []string{"east", "west"} {
-		bnc := natstest.Connect(t, c.Servers[i].ClientURL(), nats.MaxReconnects(-1))
-		bjs, _ := jetstream.New(bnc)
-		bstore, err := kvstore.OpenJetStore(context.Background(), bjs, kvstore.Config{Replicas: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := bridge.New(bnc, bstore, bridge.Config{ReplicaID: id, StreamReplicas: 3, Logger: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := b.Stop(ctx); err != nil {
-				t.Errorf("stop %s: %v", id, err)
-			}
-		})
+		e.startBridgeOn(c.Servers[i].ClientURL(), kvstore.Config{Replicas: 3}, bridge.Config{ReplicaID: id, StreamReplicas: 3})
 	}
 	log := e.ackAndLog("ax.fire.r3")
 	// Every node must know about the consumer before the first fire, or NATS answers that fire

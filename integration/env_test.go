@@ -72,12 +72,18 @@ func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p
 // startBridge runs a bridge on its own connection and bucket handle, stopped when the test ends.
 func (e *env) startBridge(cfg bridge.Config) *bridge.Bridge {
 	e.t.Helper()
-	nc := natstest.Connect(e.t, e.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return e.startBridgeOn(e.srv.ClientURL(), kvstore.Config{}, cfg)
+}
+
+// startBridgeOn is startBridge on the server(s) at url, with that bucket configuration.
+func (e *env) startBridgeOn(url string, storeCfg kvstore.Config, cfg bridge.Config) *bridge.Bridge {
+	e.t.Helper()
+	nc := natstest.Connect(e.t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	store, err := kvstore.OpenJetStore(context.Background(), js, kvstore.Config{})
+	store, err := kvstore.OpenJetStore(context.Background(), js, storeCfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
