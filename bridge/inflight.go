@@ -43,9 +43,3 @@ func (f *inflight) drop(id string, rev uint64) {
 	}
 	f.mu.Unlock()
 }
-
-func (f *inflight) len() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.m)
-}

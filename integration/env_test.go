@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -134,21 +133,18 @@ type fired struct {
 	at  time.Time
 }
 
-// consume subscribes to subject and hands every message to handle (which replies), recording it.
+// consumer receives what consume subscribed to, in order, with receive times.
 type consumer struct {
-	mu   sync.Mutex
-	msgs []fired
-	ch   chan fired
+	ch chan fired
 }
 
+// consume subscribes to subject and hands every message to handle (which replies), then queues it
+// for next.
 func (e *env) consume(subject string, handle func(m *nats.Msg)) *consumer {
 	e.t.Helper()
 	c := &consumer{ch: make(chan fired, 100000)}
 	sub, err := e.nc.Subscribe(subject, func(m *nats.Msg) {
 		f := fired{msg: m, at: time.Now()}
-		c.mu.Lock()
-		c.msgs = append(c.msgs, f)
-		c.mu.Unlock()
 		if handle != nil {
 			handle(m)
 		}
@@ -184,12 +180,6 @@ func (c *consumer) none(t *testing.T, d time.Duration) {
 		t.Fatalf("unexpected message %s %v", f.msg.Subject, f.msg.Header)
 	case <-time.After(d):
 	}
-}
-
-func (c *consumer) all() []fired {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]fired(nil), c.msgs...)
 }
 
 // waitStatus polls the record until it has the status (bounded).
