@@ -2,9 +2,7 @@ package integration
 
 import (
 	"context"
-	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,40 +76,16 @@ func newNativeEnv(b *testing.B) *nativeEnv {
 // accepted every one (a refused schedule fails the benchmark).
 func (e *nativeEnv) publishSchedules(b *testing.B, biz string, n int, at func(i int) time.Time) {
 	b.Helper()
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			if failed.Add(1) == 1 {
-				firstErr.Store(err)
-			}
-		}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	payload := []byte(`{"order":42,"note":"close if unpaid"}`)
 	target := peerFirePf + biz
-	for i := range n {
+	publishMsgs(b, e.nc, n, func(i int) *nats.Msg {
 		m := nats.NewMsg(peerSchedPf + biz + "." + strconv.Itoa(i))
-		m.Data = payload
+		m.Data = benchPayload
 		due := at(i).UTC().Format(time.RFC3339Nano)
 		m.Header.Set("Nats-Schedule", "@at "+due) // the server parses RFC 3339 with fractions
 		m.Header.Set("Nats-Schedule-Target", target)
 		m.Header.Set(peerDueAt, due)
-		// A generous stall wait: on a loaded machine the default 200ms fails the run (seen with
-		// publishAll in BenchmarkFireAck) although the server is merely slow to ack.
-		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(2 * time.Minute):
-		b.Fatal("schedule publishes not acked within 2m")
-	}
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d schedules refused, first: %v", n, firstErr.Load())
-	}
+		return m
+	})
 }
 
 // consume reads peer.fire.<biz> with a pull consumer that acks each message (as the bridge's
@@ -161,43 +135,28 @@ func BenchmarkLatenessNative(b *testing.B) {
 				return now.Add(time.Hour + time.Duration(i)*time.Millisecond)
 			})
 
-			var mu sync.Mutex
-			late := make([]time.Duration, 0, firing)
-			var early, bad atomic.Int64
+			var late lateness
+			var bad atomic.Int64
 			_, cc := e.consume(b, "soon", func(m jetstream.Msg, now time.Time) {
 				d, err := time.Parse(time.RFC3339Nano, m.Headers().Get(peerDueAt))
 				if err != nil {
 					bad.Add(1)
 					return
 				}
-				if now.Before(d) {
-					early.Add(1)
-				}
-				mu.Lock()
-				late = append(late, now.Sub(d))
-				mu.Unlock()
+				late.add(d, now)
 			})
 			start := time.Now().Add(10 * time.Second)
 			e.publishSchedules(b, "soon", firing, func(i int) time.Time {
 				return start.Add(time.Duration(i) * 5 * time.Second / time.Duration(firing))
 			})
-			if !checkFor(time.Until(start)+time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return len(late) >= firing }) {
-				mu.Lock()
-				got := len(late)
-				mu.Unlock()
-				b.Fatalf("%d of %d schedules fired", got, firing)
+			if !checkFor(time.Until(start)+time.Minute, func() bool { return late.count() >= firing }) {
+				b.Fatalf("%d of %d schedules fired", late.count(), firing)
 			}
 			stopConsume(b, cc)
 			if n := bad.Load(); n > 0 {
 				b.Fatalf("%d fired messages without %s", n, peerDueAt)
 			}
-			mu.Lock()
-			slices.Sort(late)
-			b.ReportMetric(ms(late[len(late)/2]), "p50-ms")
-			b.ReportMetric(ms(late[len(late)*99/100]), "p99-ms")
-			b.ReportMetric(ms(late[len(late)-1]), "max-ms")
-			b.ReportMetric(float64(early.Load()), "early")
-			mu.Unlock()
+			late.report(b)
 		}
 	})
 }
