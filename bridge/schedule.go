@@ -111,7 +111,7 @@ func (c *Config) parseSchedule(m scheduleMsg) (kvstore.Task, *rejection) {
 		t.AckWait = d
 	}
 	if v, given := headerValue(m.header, HeaderBackoff); given {
-		b, err := parseBackoff(v)
+		b, err := ParseBackoff(v)
 		if err != nil {
 			return kvstore.Task{}, reject(CodeBadBackoff, "%s %q: %v", HeaderBackoff, v, err)
 		}
@@ -251,7 +251,9 @@ func checkBackoff(b []time.Duration) error {
 	return nil
 }
 
-func parseBackoff(s string) ([]time.Duration, error) {
+// ParseBackoff reads a backoff list as the Ax-Backoff header takes it: comma-separated Go
+// durations or integer milliseconds, 1-50 entries, each 0-30 days.
+func ParseBackoff(s string) ([]time.Duration, error) {
 	parts := strings.Split(s, ",")
 	if len(parts) > maxBackoffLen {
 		return nil, fmt.Errorf("%d entries; at most %d", len(parts), maxBackoffLen)

@@ -60,7 +60,7 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.IntVar(&o.partitions, "partitions", 16, "partitions of a new bucket (fixed once the bucket exists)")
 	fs.IntVar(&o.maxRetry, "max-retry", 3, "default retries after the first attempt (Ax-Max-Retry)")
 	fs.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "default time an attempt may run before it counts as failed (Ax-Ack-Wait)")
-	fs.StringVar(&o.backoff, "backoff", "10s,30s,60s", "default waits before retry 1, 2, ...; the last repeats (Ax-Backoff)")
+	fs.StringVar(&o.backoff, "backoff", "10s,30s,60s", "default waits before retry 1, 2, ... (durations or ms, comma-separated); the last repeats (Ax-Backoff)")
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long finished records stay readable")
 	fs.DurationVar(&o.pastTolerance, "past-tolerance", time.Hour, "due times further in the past are rejected; closer ones fire at once")
 	fs.DurationVar(&o.maxHorizon, "max-horizon", 400*24*time.Hour, "due times further in the future are rejected")

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lmittmann/tint"
@@ -36,9 +35,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	backoff, err := parseBackoffFlag(o.backoff)
+	backoff, err := bridge.ParseBackoff(o.backoff)
 	if err != nil {
-		return err
+		return fmt.Errorf("--backoff %q: %w", o.backoff, err)
 	}
 
 	cfg := bridge.Config{
@@ -226,16 +225,4 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-func parseBackoffFlag(s string) ([]time.Duration, error) {
-	var b []time.Duration
-	for _, p := range strings.Split(s, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(p))
-		if err != nil {
-			return nil, fmt.Errorf("--backoff %q: %w", s, err)
-		}
-		b = append(b, d)
-	}
-	return b, nil
 }

@@ -37,6 +37,11 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "max retry 200") || !strings.Contains(err.Error(), "ack wait 10ms") {
 		t.Fatalf("err %v, want both problems named", err)
 	}
+	// --backoff takes what the Ax-Backoff header takes, and says which entry is wrong.
+	err = run(context.Background(), []string{"--backoff", "1s,1500,oops", "--data-dir", t.TempDir()}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--backoff") || !strings.Contains(err.Error(), "entry 3") {
+		t.Fatalf("err %v, want the bad backoff entry named", err)
+	}
 }
 
 // The default mode as a newcomer runs it: embedded server, bridge on it, a task scheduled with a
