@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unsafe"
 )
 
 // Next returns the earliest time at which Advance may have something to fire
@@ -17,14 +18,24 @@ func (w *Wheel[V]) Next() (time.Time, bool) {
 	// Level-0 slots are in tick order from cur; level-1 slots in block order
 	// after cur's block; the heap top is its earliest. The three ranges
 	// overlap, so Next takes the least.
+	// A list of zombies only is passed over.
 	earliest := int64(math.MaxInt64)
-	if d := w.nextOccupied(0, int(w.cur&w.mask0)); d >= 0 {
-		t := w.cur + int64(d)
+	for t := w.cur; t-w.cur <= w.mask0 && earliest == math.MaxInt64; t++ {
+		d := w.nextOccupied(0, int(t&w.mask0))
+		if d < 0 || t+int64(d)-w.cur > w.mask0 {
+			break
+		}
+		t += int64(d)
 		earliest = w.listMin(int(t&w.mask0), t*w.tick)
 	}
-	if d := w.nextOccupied(1, int((w.cur>>w.shift+1)&w.mask)); d >= 0 {
-		b := w.cur>>w.shift + 1 + int64(d)
-		earliest = min(earliest, w.listMin(w.level1(b), (b<<w.shift)*w.tick))
+	for b, found := w.cur>>w.shift+1, false; !found && b-w.cur>>w.shift <= w.mask; b++ {
+		d := w.nextOccupied(1, int(b&w.mask))
+		if d < 0 || b+int64(d)-w.cur>>w.shift > w.mask {
+			break
+		}
+		b += int64(d)
+		m := w.listMin(w.level1(b), (b<<w.shift)*w.tick)
+		earliest, found = min(earliest, m), m != math.MaxInt64
 	}
 	if len(w.heap) > 0 {
 		earliest = min(earliest, w.slab.at(w.heap[0]).due)
@@ -44,7 +55,9 @@ func (w *Wheel[V]) listMin(list int, from int64) int64 {
 	i := w.heads[list]
 	for k := 0; i != nilIdx && k < scanLimit; k++ {
 		n := w.slab.at(i)
-		earliest = min(earliest, n.due)
+		if n.gen&1 == 1 { // not a zombie
+			earliest = min(earliest, n.due)
+		}
 		i = n.next
 	}
 	if i != nilIdx {
@@ -108,6 +121,7 @@ func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v 
 
 func (w *Wheel[V]) endAdvance() {
 	w.advancing = false
+	w.maybeSweep()
 	if cap(w.batch) > 1<<16 {
 		w.batch = nil // do not pin the buffer of a large burst
 	}
@@ -171,15 +185,16 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 			return
 		}
 		p := nd.prev // the entry due next, or a list head marker
-		var pseq uint32
+		var pseq, pgen uint32
 		if p >= 0 {
-			pseq = w.slab.at(p).seq
+			pn := w.slab.at(p)
+			pseq, pgen = pn.seq, pn.gen
 		}
 		w.fireNode(i, fire)
 		if p < 0 {
 			return
 		}
-		if pn := w.slab.at(p); pn.gen&1 == 0 || pn.seq != pseq || pn.next != nilIdx {
+		if pn := w.slab.at(p); pn.gen != pgen || pn.seq != pseq || pn.next != nilIdx {
 			// fire removed or moved the entry due next: fall back.
 			w.fireSorted(list, n, seq, due, fire)
 			return
@@ -188,10 +203,15 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 	}
 }
 
-// fireNode unlinks pending node i, drops it from the index and calls fire.
+// fireNode unlinks pending node i, drops it from the index and calls fire;
+// a zombie it frees.
 func (w *Wheel[V]) fireNode(i int32, fire func(id string, due time.Time, v V)) {
 	nd := w.slab.at(i)
-	id, v, due := nd.id, nd.v, nd.due
+	if nd.gen&1 == 0 {
+		w.freeZombie(i)
+		return
+	}
+	id, v, due := w.idOf(i, nd), nd.v, nd.due
 	w.unlink(i)
 	w.index.deleteAt(nd.pos)
 	w.slab.release(i)
@@ -207,10 +227,14 @@ func (w *Wheel[V]) fireSorted(list int, n int64, seq uint32, size int, fire func
 	}
 	for i := w.heads[list]; i != nilIdx; {
 		nd := w.slab.at(i)
-		if nd.due <= n && int32(nd.seq-seq) <= 0 {
+		next := nd.next
+		switch {
+		case nd.gen&1 == 0:
+			w.freeZombie(i)
+		case nd.due <= n && int32(nd.seq-seq) <= 0:
 			b = append(b, fireEntry{due: nd.due, seq: nd.seq, idx: i})
 		}
-		i = nd.next
+		i = next
 	}
 	slices.Reverse(b) // lists are newest first
 	if !slices.IsSortedFunc(b, compareFire) {
@@ -219,9 +243,32 @@ func (w *Wheel[V]) fireSorted(list int, n int64, seq uint32, size int, fire func
 	w.batch = b
 	for _, e := range b {
 		nd := w.slab.at(e.idx)
-		if nd.gen&1 == 0 || nd.seq != e.seq {
-			continue // removed or rescheduled by an earlier fire
+		if nd.seq != e.seq || nd.gen&1 == 0 && nd.prev == nilIdx {
+			continue // rescheduled, or removed and freed, by an earlier fire
 		}
-		w.fireNode(e.idx, fire)
+		w.fireNode(e.idx, fire) // frees it if an earlier fire made it a zombie
 	}
+}
+
+// arenaSize is the size of the byte blocks that back fired ids: one
+// allocation serves many fires, and a retained id keeps at most one block alive.
+const arenaSize = 2048
+
+// idOf returns node i's id as a string. An inline id is copied into the
+// arena: its bytes are never written again, so the string stays valid after
+// the node is reused.
+func (w *Wheel[V]) idOf(i int32, n *node[V]) string {
+	if n.idLen == idLong {
+		return w.slab.long[i]
+	}
+	l := int(n.idLen)
+	if l == 0 {
+		return ""
+	}
+	if len(w.arena)+l > cap(w.arena) {
+		w.arena = make([]byte, 0, arenaSize)
+	}
+	start := len(w.arena)
+	w.arena = append(w.arena, n.id[:l]...)
+	return unsafe.String(&w.arena[start], l)
 }

@@ -8,7 +8,7 @@ import (
 // check verifies the wheel's internal invariants. Tests call it between
 // operations (never from inside fire).
 func (w *Wheel[V]) check() error {
-	seen := 0
+	seen, listZombies := 0, 0
 	overdue := w.overdueList()
 	for list, head := range w.heads {
 		prev := -int32(list) - 2
@@ -26,14 +26,20 @@ func (w *Wheel[V]) check() error {
 		}
 		for i := head; i != nilIdx; i = w.slab.at(i).next {
 			n := w.slab.at(i)
-			seen++
 			if n.prev != prev {
 				return fmt.Errorf("node %d: prev %d, want %d", i, n.prev, prev)
 			}
-			if n.gen&1 == 0 {
-				return fmt.Errorf("node %d in list %d is free", i, list)
-			}
 			prev = i
+			if n.gen&1 == 0 {
+				// A zombie: removed, not yet freed. It may sit in a slot
+				// Advance has passed; it is never indexed and never fires.
+				if n.idLen != 0 {
+					return fmt.Errorf("zombie node %d in list %d keeps an id", i, list)
+				}
+				listZombies++
+				continue
+			}
+			seen++
 			if list == overdue {
 				if n.due > w.now || n.due < w.overdueMin {
 					return fmt.Errorf("overdue node %d due %d, now %d, min %d", i, n.due, w.now, w.overdueMin)
@@ -41,8 +47,8 @@ func (w *Wheel[V]) check() error {
 				continue
 			}
 			t := w.tickOf(n.due)
-			if n.hash != w.index.hash(n.id) {
-				return fmt.Errorf("node %d: hash %x of %q", i, n.hash, n.id)
+			if n.hash != w.index.hash(w.idOf(i, n)) {
+				return fmt.Errorf("node %d: hash %x of %q", i, n.hash, w.idOf(i, n))
 			}
 			if list < w.l0 {
 				if n.due <= w.now || t < w.cur || t-w.cur > w.mask0 || int(t&w.mask0) != list {
@@ -80,8 +86,26 @@ func (w *Wheel[V]) check() error {
 	if zombies != w.zombies {
 		return fmt.Errorf("%d zombies in the heap, counted %d", zombies, w.zombies)
 	}
+	if listZombies != w.listZombies || listZombies > max(w.index.count, w.sweepFloor) && !w.advancing {
+		return fmt.Errorf("%d zombies in lists, counted %d, %d pending", listZombies, w.listZombies, w.index.count)
+	}
 	if seen != w.index.count {
 		return fmt.Errorf("%d linked nodes, index holds %d", seen, w.index.count)
+	}
+	long := 0
+	for i := int32(0); i < w.slab.used; i++ {
+		n := w.slab.at(i)
+		if n.idLen == idLong && n.gen&1 == 1 {
+			long++
+			if len(w.slab.long[i]) <= idInline {
+				return fmt.Errorf("node %d: long id %q", i, w.slab.long[i])
+			}
+		} else if _, ok := w.slab.long[i]; ok {
+			return fmt.Errorf("node %d (id length %d, gen %d) has a long id", i, n.idLen, n.gen)
+		}
+	}
+	if long != len(w.slab.long) {
+		return fmt.Errorf("%d nodes with long ids, %d kept", long, len(w.slab.long))
 	}
 	indexed, used := 0, 0
 	for pos, tag := range w.index.tags {
@@ -95,11 +119,12 @@ func (w *Wheel[V]) check() error {
 		indexed++
 		i := w.index.nodes[pos]
 		n := w.slab.at(i)
-		if n.gen&1 == 0 || tag != tagOf(n.hash) || n.hash != w.index.hash(n.id) || int(n.pos) != pos {
-			return fmt.Errorf("index position %d: node %d gen %d pos %d id %q", pos, i, n.gen, n.pos, n.id)
+		id := w.idOf(i, n)
+		if n.gen&1 == 0 || tag != tagOf(n.hash) || n.hash != w.index.hash(id) || int(n.pos) != pos {
+			return fmt.Errorf("index position %d: node %d gen %d pos %d id %q", pos, i, n.gen, n.pos, id)
 		}
-		if p, j, ok := find(&w.index, &w.slab, n.id, n.hash); !ok || j != i || int(p) != pos {
-			return fmt.Errorf("id %q not found at its position %d", n.id, pos)
+		if p, j, ok := find(&w.index, &w.slab, id, n.hash); !ok || j != i || int(p) != pos {
+			return fmt.Errorf("id %q not found at its position %d", id, pos)
 		}
 	}
 	if indexed != w.index.count || used != w.index.used || w.index.full() {

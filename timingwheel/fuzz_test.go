@@ -86,13 +86,21 @@ func runModel(data []byte) error {
 	opts := Options{Tick: ticks[int(in.byte())%len(ticks)], Slots: slotCounts[int(in.byte())%len(slotCounts)]}
 	start := time.Unix(1_000_000, 0)
 	w := New[int](start, opts)
-	w.zombieFloor = int(in.byte() % 4)
+	floors := in.byte()
+	w.zombieFloor, w.sweepFloor = int(floors%4), int(floors/4%8)
 	m := &model{pending: map[string]modelEntry{}}
 	var handles []handleRef
 	vals := 0
 	clock := int64(0) // the caller's clock, ns since start
 
-	idOf := func(c byte) string { return fmt.Sprintf("id%d", c%24) }
+	// Ids 0–19 are kept in the node, 20–23 are longer than idInline bytes;
+	// 20 and 21 share their first idInline bytes.
+	idOf := func(c byte) string {
+		if c %= 24; c >= 20 {
+			return fmt.Sprintf("%0*d", idInline+int(c)%2+1, c/22)
+		}
+		return fmt.Sprintf("id%d", c)
+	}
 	dueOf := func(c byte) int64 {
 		// Mostly near the clock, some in the past, some far beyond the horizon.
 		switch c % 8 {

@@ -71,7 +71,7 @@ func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32
 			// The node's full hash first: a tag match with another id then
 			// costs no read of either id's bytes.
 			i = x.nodes[pos]
-			if n := s.at(i); n.hash == h && n.id == id {
+			if n := s.at(i); n.hash == h && s.hasID(i, n, id) {
 				return pos, i, true
 			}
 		}

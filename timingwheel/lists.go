@@ -125,7 +125,12 @@ func (w *Wheel[V]) cascade() {
 	for i := w.takeList(w.level1(w.cur >> w.shift)); i != nilIdx; {
 		n := w.slab.at(i)
 		next := n.next
-		w.pushList(int(w.tickOf(n.due)&w.mask0), i)
+		if n.gen&1 == 0 { // a zombie: the list is already detached
+			w.slab.push(i)
+			w.listZombies--
+		} else {
+			w.pushList(int(w.tickOf(n.due)&w.mask0), i)
+		}
 		i = next
 	}
 }
@@ -144,6 +149,10 @@ func (w *Wheel[V]) precascade() {
 		i := w.heads[list]
 		if i == nilIdx {
 			return
+		}
+		if w.slab.at(i).gen&1 == 0 {
+			w.freeZombie(i)
+			continue
 		}
 		w.unlink(i)
 		w.pushList(int(w.tickOf(w.slab.at(i).due)&w.mask0), i)

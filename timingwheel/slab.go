@@ -11,25 +11,38 @@ const (
 )
 
 // node is one scheduled entry. v comes first so that a zero-size V adds no
-// trailing padding. With V of up to 8 bytes a node is 56 bytes.
+// trailing padding. With V of up to 8 bytes a node is 80 bytes.
+//
+// The node keeps its own copy of the id's bytes when they fit (idInline
+// bytes, enough for a UUID), so that comparing an id costs no read beyond the
+// node: a lookup is one read of the index and one of the node. Longer ids are
+// kept in slab.long. The slab then holds no pointers (for a V without
+// pointers), so the garbage collector never scans it.
 type node[V any] struct {
-	v    V
-	hash uint32 // the id's index hash, so removal and firing never rehash the id
-	next int32  // list successor, inHeap, zombie, or free-list link
-	prev int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
-	gen  uint32 // odd while pending, even while free; bumped on alloc and free
-	seq  uint32 // insertion order, assigned on Add and Reschedule
-	pos  uint32 // position in the id index
-	due  int64  // nanoseconds since start
-	id   string
+	v     V
+	due   int64  // nanoseconds since start
+	hash  uint32 // the id's index hash, so removal and firing never rehash the id
+	next  int32  // list successor, inHeap, zombie, or free-list link
+	prev  int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
+	gen   uint32 // odd while pending, even while free; bumped on alloc and free
+	seq   uint32 // insertion order, assigned on Add and Reschedule
+	pos   uint32 // position in the id index
+	idLen uint8  // length of the id in id, or idLong
+	id    [idInline]byte
 }
+
+const (
+	idInline = 39  // id bytes kept in the node
+	idLong   = 255 // node.idLen of an id kept in slab.long
+)
 
 // slab holds nodes in fixed-size chunks, so growth never copies live nodes
 // and never leaves more than one partly used chunk.
 type slab[V any] struct {
 	chunks []*[chunkSize]node[V]
-	used   int32 // nodes handed out so far (high-water mark)
-	free   int32 // head of the free list
+	used   int32            // nodes handed out so far (high-water mark)
+	free   int32            // head of the free list
+	long   map[int32]string // ids longer than idInline, by node
 }
 
 func (s *slab[V]) at(i int32) *node[V] {
@@ -64,8 +77,32 @@ func (s *slab[V]) retire(i int32) {
 	n := s.at(i)
 	var zero V
 	n.v = zero
-	n.id = ""
+	if n.idLen == idLong {
+		delete(s.long, i)
+	}
+	n.idLen = 0
 	n.gen++
+}
+
+// setID gives node i (pending, n) the id.
+func (s *slab[V]) setID(i int32, n *node[V], id string) {
+	if len(id) <= idInline {
+		n.idLen = uint8(copy(n.id[:], id))
+		return
+	}
+	if s.long == nil {
+		s.long = make(map[int32]string)
+	}
+	s.long[i] = id
+	n.idLen = idLong
+}
+
+// hasID reports whether node i (n) holds id.
+func (s *slab[V]) hasID(i int32, n *node[V], id string) bool {
+	if n.idLen != idLong {
+		return int(n.idLen) == len(id) && string(n.id[:n.idLen]) == id
+	}
+	return s.long[i] == id
 }
 
 // push puts a retired node on the free list.

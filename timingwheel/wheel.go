@@ -54,9 +54,13 @@ type Wheel[V any] struct {
 	occupied [2][]uint64 // bit per slot of each level: list not empty
 	heap     []int32     // entries beyond the level-1 horizon
 	zombies  int         // removed entries still in the heap
+	// listZombies counts removed entries still linked in a list; see drop.
+	listZombies int
 	// zombieFloor is the zombie count below which the heap is never
-	// compacted; tests lower it.
+	// compacted, sweepFloor the one below which lists are never swept; tests
+	// lower them.
 	zombieFloor int
+	sweepFloor  int
 
 	now        int64 // highest time passed to Advance, ns since start
 	cur        int64 // tick of the slot Advance resumes at
@@ -65,6 +69,7 @@ type Wheel[V any] struct {
 
 	advancing bool
 	batch     []fireEntry
+	arena     []byte // backs the id strings Advance hands to fire
 }
 
 type fireEntry struct {
@@ -100,6 +105,7 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 		heads:       make([]int32, 3*opts.Slots+1),
 		overdueMin:  math.MaxInt64,
 		zombieFloor: 256,
+		sweepFloor:  16384,
 	}
 	w.occupied[0] = make([]uint64, (w.l0+63)/64)
 	w.occupied[1] = make([]uint64, (opts.Slots+63)/64)
@@ -156,7 +162,7 @@ func (w *Wheel[V]) add(id string, due int64, v V) (int32, bool) {
 	i = w.slab.alloc()
 	n := w.slab.at(i)
 	n.v = v
-	n.id = id
+	w.slab.setID(i, n, id)
 	n.hash = h
 	n.due = due
 	w.place(i)
@@ -194,23 +200,66 @@ func (w *Wheel[V]) RemoveHandle(h Handle) bool {
 	return true
 }
 
-// drop ends the pending life of node i, already out of the index. A node in
-// a list is unlinked in O(1). A node in the heap stays there as a zombie,
-// like a stopped runtime timer: taking it out of the middle would cost a sift
-// over cold nodes. Zombies are freed when they reach the top, or all at once
-// when they pass a quarter of the heap.
+// drop ends the pending life of node i, already out of the index, in O(1)
+// and without touching any other node: like a stopped runtime timer, the
+// node stays where it is as a zombie (its generation bumped, so handles go
+// stale and it never fires) and is freed when Advance, a cascade or the heap
+// reaches it. Unlinking it at once would write both of its list neighbours,
+// two more cache misses than the lookup itself at a million entries.
+//
+// Zombies in the heap are also freed all at once when they pass a quarter of
+// it; zombies in lists, when they outnumber the pending entries (sweep), so
+// memory stays within a constant factor of the pending count. An entry of the
+// overdue list is unlinked at once.
 func (w *Wheel[V]) drop(i int32) {
 	n := w.slab.at(i)
-	if n.next != inHeap {
+	switch {
+	case n.next == inHeap:
+		w.slab.retire(i)
+		n.next = zombie
+		w.zombies++
+		if w.zombies > w.zombieFloor && w.zombies > len(w.heap)/4 {
+			w.compactHeap()
+		}
+	case n.due <= w.now:
+		// In the overdue list, which Next reads first: unlink it now.
 		w.unlink(i)
 		w.slab.release(i)
-		return
+	default:
+		w.slab.retire(i)
+		w.listZombies++
 	}
-	w.slab.retire(i)
-	n.next = zombie
-	w.zombies++
-	if w.zombies > w.zombieFloor && w.zombies > len(w.heap)/4 {
-		w.compactHeap()
+	if !w.advancing {
+		w.maybeSweep()
+	}
+}
+
+// freeZombie unlinks and frees node i, a zombie in a list.
+func (w *Wheel[V]) freeZombie(i int32) {
+	w.unlink(i)
+	w.slab.push(i)
+	w.listZombies--
+}
+
+// maybeSweep sweeps once the list zombies outnumber the pending entries and
+// sweepFloor. Never from inside Advance, whose list walks hold node indexes.
+func (w *Wheel[V]) maybeSweep() {
+	if w.listZombies > max(w.index.count, w.sweepFloor) {
+		w.sweep()
+	}
+}
+
+// sweep frees every zombie in the lists, in O(entries).
+func (w *Wheel[V]) sweep() {
+	for list := range w.heads {
+		for i := w.heads[list]; i != nilIdx; {
+			n := w.slab.at(i)
+			next := n.next
+			if n.gen&1 == 0 {
+				w.freeZombie(i)
+			}
+			i = next
+		}
 	}
 }
 

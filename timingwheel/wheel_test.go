@@ -362,3 +362,66 @@ func TestReentrantFireSameSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestIDLengths covers ids kept in the node (up to idInline bytes, the empty
+// id included) and longer ones, ids that share their first idInline bytes,
+// and fired ids staying intact after their nodes are reused.
+func TestIDLengths(t *testing.T) {
+	t.Parallel()
+	var all []string
+	for _, n := range []int{0, 1, idInline - 1, idInline, idInline + 1, 100} {
+		for _, last := range "ab" {
+			if n == 0 && last == 'b' {
+				continue
+			}
+			id := ""
+			if n > 0 {
+				id = fmt.Sprintf("%0*d%c", n-1, 0, last)
+			}
+			all = append(all, id)
+		}
+	}
+	w := New[int](t0, Options{})
+	for i, id := range all {
+		if !w.Add(id, ms(float64(10+i)), i) {
+			t.Fatalf("Add(%q) = false for a new id", id)
+		}
+	}
+	for i, id := range all {
+		if due, v, ok := w.Get(id); !ok || v != i || !due.Equal(ms(float64(10+i))) {
+			t.Fatalf("Get(%q) = %v, %d, %v", id, due.Sub(t0), v, ok)
+		}
+		if w.Add(id, ms(float64(10+i)), i) {
+			t.Fatalf("Add(%q) again = true", id)
+		}
+	}
+	if w.Get(all[len(all)-1] + "x"); w.Len() != len(all) {
+		t.Fatalf("Len %d, want %d", w.Len(), len(all))
+	}
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+	got := ids(collect(t, w, ms(1000)))
+	if !slices.Equal(got, all) {
+		t.Fatalf("fired %q, want %q", got, all)
+	}
+	kept := slices.Clone(got)
+	// Reuse every node with other ids, then fire them too.
+	for i := range 200 {
+		w.Add(fmt.Sprintf("other-%03d-%040d", i, i), ms(2000), i)
+	}
+	for _, id := range all {
+		w.Add(id+"!", ms(2000), 0)
+		if !w.Remove(id + "!") {
+			t.Fatalf("Remove(%q) = false", id+"!")
+		}
+	}
+	if n := len(collect(t, w, ms(3000))); n != 200 {
+		t.Fatalf("fired %d, want 200", n)
+	}
+	for i, id := range kept {
+		if id != all[i] {
+			t.Fatalf("fired id %d changed to %q, was %q", i, id, all[i])
+		}
+	}
+}
