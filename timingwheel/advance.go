@@ -11,6 +11,7 @@ import (
 // (an entry's due time, or the slot boundary covering it; never later than the
 // earliest due entry), ok=false when empty.
 func (w *Wheel[V]) Next() (time.Time, bool) {
+	w.flush() // a replaced entry must not count
 	w.purgeTop()
 	if w.heads[w.overdueList()] != nilIdx {
 		return w.abs(w.overdueMin), true
@@ -81,6 +82,7 @@ func (w *Wheel[V]) Advance(now time.Time, fire func(id string, due time.Time, v 
 	if w.advancing {
 		panic("timingwheel: Advance called from fire")
 	}
+	w.flush()
 	w.advancing = true
 	defer w.endAdvance()
 

@@ -89,8 +89,15 @@ func (w *Wheel[V]) check() error {
 	if listZombies != w.listZombies || listZombies > max(w.index.count, w.sweepFloor) && !w.advancing {
 		return fmt.Errorf("%d zombies in lists, counted %d, %d pending", listZombies, w.listZombies, w.index.count)
 	}
-	if seen != w.index.count {
-		return fmt.Errorf("%d linked nodes, index holds %d", seen, w.index.count)
+	if seen != w.index.count+len(w.pend) {
+		return fmt.Errorf("%d linked nodes, index holds %d and %d are queued", seen, w.index.count, len(w.pend))
+	}
+	queued := map[int32]bool{}
+	for _, i := range w.pend {
+		if n := w.slab.at(i); n.gen&1 == 0 || n.pos != unindexed || queued[i] {
+			return fmt.Errorf("queued node %d: gen %d pos %d, twice %v", i, n.gen, n.pos, queued[i])
+		}
+		queued[i] = true
 	}
 	long := 0
 	for i := int32(0); i < w.slab.used; i++ {

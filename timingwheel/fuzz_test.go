@@ -23,16 +23,12 @@ type modelEntry struct {
 	inst int // identity of this pending life of the id, for handles
 }
 
-func (m *model) add(id string, due int64, v int) bool {
+// add schedules id, replacing a pending entry of the same id (whose handles
+// go stale).
+func (m *model) add(id string, due int64, v int) {
 	m.seq++
-	e, ok := m.pending[id]
-	if !ok {
-		m.inst++
-		e.inst = m.inst
-	}
-	e.due, e.v, e.seq = due, v, m.seq
-	m.pending[id] = e
-	return !ok
+	m.inst++
+	m.pending[id] = modelEntry{due: due, v: v, seq: m.seq, inst: m.inst}
 }
 
 func (m *model) reschedule(id string, due int64) bool {
@@ -87,7 +83,7 @@ func runModel(data []byte) error {
 	start := time.Unix(1_000_000, 0)
 	w := New[int](start, opts)
 	floors := in.byte()
-	w.zombieFloor, w.sweepFloor = int(floors%4), int(floors/4%8)
+	w.zombieFloor, w.sweepFloor, w.pendMax = int(floors%4), int(floors/4%8), 1+int(floors/32)
 	m := &model{pending: map[string]modelEntry{}}
 	var handles []handleRef
 	vals := 0
@@ -123,9 +119,8 @@ func runModel(data []byte) error {
 		case 0, 1: // Add
 			id, due := idOf(in.byte()), dueOf(in.byte())
 			vals++
-			if got, want := w.Add(id, at(due), vals), m.add(id, due, vals); got != want {
-				return fmt.Errorf("Add(%s, %d) = %v, want %v", id, due, got, want)
-			}
+			w.Add(id, at(due), vals)
+			m.add(id, due, vals)
 		case 2: // Remove
 			id := idOf(in.byte())
 			_, want := m.pending[id]
@@ -164,6 +159,9 @@ func runModel(data []byte) error {
 			due, v, ok := w.Get(id)
 			if ok != want || ok && (due.Sub(start) != time.Duration(e.due) || v != e.v) {
 				return fmt.Errorf("Get(%s) = %v %d %v, want %d %d %v", id, due.Sub(start), v, ok, e.due, e.v, want)
+			}
+			if w.Len() != len(m.pending) {
+				return fmt.Errorf("Len = %d, want %d", w.Len(), len(m.pending))
 			}
 		case 7: // Advance
 			if reentrant {

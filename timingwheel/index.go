@@ -78,6 +78,31 @@ func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32
 	}
 }
 
+// findNode is find for the id of node i (n), which is not indexed.
+func findNode[V any](x *index, s *slab[V], i int32, n *node[V]) (pos uint32, j int32, ok bool) {
+	h := n.hash
+	tag := tagOf(h)
+	free := int64(-1)
+	for pos = h & x.mask; ; pos = (pos + 1) & x.mask {
+		switch t := x.tags[pos]; t {
+		case tagEmpty:
+			if free >= 0 {
+				pos = uint32(free)
+			}
+			return pos, nilIdx, false
+		case tagDeleted:
+			if free < 0 {
+				free = int64(pos)
+			}
+		case tag:
+			j = x.nodes[pos]
+			if m := s.at(j); m.hash == h && s.sameID(i, n, j, m) {
+				return pos, j, true
+			}
+		}
+	}
+}
+
 // insertAt stores node i with hash h at the position find returned. The
 // caller records pos in the node, then calls rebuild if full reports true.
 func (x *index) insertAt(pos uint32, i int32, h uint32) {
@@ -122,7 +147,7 @@ func rebuild[V any](x *index, s *slab[V]) {
 	x.alloc(n)
 	for i := int32(0); i < s.used; i++ {
 		nd := s.at(i)
-		if nd.gen&1 == 0 {
+		if nd.gen&1 == 0 || nd.pos == unindexed {
 			continue
 		}
 		pos := nd.hash & x.mask

@@ -112,3 +112,14 @@ func (s *slab[V]) push(i int32) {
 	n.prev = nilIdx
 	s.free = i
 }
+
+// sameID reports whether nodes i (a) and j (b) hold the same id.
+func (s *slab[V]) sameID(i int32, a *node[V], j int32, b *node[V]) bool {
+	if a.idLen != b.idLen {
+		return false
+	}
+	if a.idLen == idLong {
+		return s.long[i] == s.long[j]
+	}
+	return string(a.id[:a.idLen]) == string(b.id[:b.idLen])
+}

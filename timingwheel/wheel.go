@@ -61,6 +61,7 @@ type Wheel[V any] struct {
 	// lower them.
 	zombieFloor int
 	sweepFloor  int
+	pendMax     int // pendMax; tests lower it
 
 	now        int64 // highest time passed to Advance, ns since start
 	cur        int64 // tick of the slot Advance resumes at
@@ -69,7 +70,9 @@ type Wheel[V any] struct {
 
 	advancing bool
 	batch     []fireEntry
-	arena     []byte // backs the id strings Advance hands to fire
+	arena     []byte  // backs the id strings Advance hands to fire
+	pend      []int32 // added entries not yet indexed; see Add
+	touched   int32   // keeps flush's first pass from being optimised away
 }
 
 type fireEntry struct {
@@ -106,6 +109,7 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 		overdueMin:  math.MaxInt64,
 		zombieFloor: 256,
 		sweepFloor:  16384,
+		pendMax:     pendMax,
 	}
 	w.occupied[0] = make([]uint64, (w.l0+63)/64)
 	w.occupied[1] = make([]uint64, (opts.Slots+63)/64)
@@ -133,49 +137,89 @@ func (w *Wheel[V]) tickOf(d int64) int64 {
 func (w *Wheel[V]) overdueList() int { return len(w.heads) - 1 }
 
 // Len returns the number of pending entries.
-func (w *Wheel[V]) Len() int { return w.index.count }
+func (w *Wheel[V]) Len() int {
+	w.flush()
+	return w.index.count
+}
 
-// Add schedules id at due with value v. If id is already pending, it is
-// rescheduled (due and v replaced). Returns true if id was new.
-func (w *Wheel[V]) Add(id string, due time.Time, v V) bool {
-	_, isNew := w.add(id, w.rel(due), v)
-	return isNew
+// Add schedules id at due with value v. If id is already pending, that entry
+// is replaced (its handles go stale).
+//
+// The wheel keeps its own copy of id. Indexing the id is deferred: Add links
+// the entry where it fires and queues it; the queue is indexed in one pass
+// when it fills or before anything reads the index (Remove, Get, Reschedule,
+// RemoveHandle, Len, Next, Advance). A pass reads the index positions of the
+// whole queue first, so their cache misses overlap instead of costing one
+// full memory latency per Add.
+func (w *Wheel[V]) Add(id string, due time.Time, v V) {
+	w.add(id, w.rel(due), v)
 }
 
 // AddHandle is Add returning a handle to the entry, for RemoveHandle.
 func (w *Wheel[V]) AddHandle(id string, due time.Time, v V) Handle {
-	i, _ := w.add(id, w.rel(due), v)
+	i := w.add(id, w.rel(due), v)
 	return Handle{idx: i, gen: w.slab.at(i).gen}
 }
 
-func (w *Wheel[V]) add(id string, due int64, v V) (int32, bool) {
-	h := w.index.hash(id)
-	pos, i, ok := find(&w.index, &w.slab, id, h)
-	if ok {
-		w.unlink(i)
-		n := w.slab.at(i)
-		n.v = v
-		n.due = due
-		w.place(i)
-		return i, false
-	}
-	i = w.slab.alloc()
+// unindexed is node.pos of an entry queued in pend.
+const unindexed = ^uint32(0)
+
+// pendMax is the most entries Add queues before indexing them.
+const pendMax = 256
+
+func (w *Wheel[V]) add(id string, due int64, v V) int32 {
+	i := w.slab.alloc()
 	n := w.slab.at(i)
 	n.v = v
 	w.slab.setID(i, n, id)
-	n.hash = h
+	n.hash = w.index.hash(id)
 	n.due = due
+	n.pos = unindexed
 	w.place(i)
-	w.index.insertAt(pos, i, h)
-	n.pos = pos
-	if w.index.full() {
-		rebuild(&w.index, &w.slab)
+	w.pend = append(w.pend, i)
+	if len(w.pend) >= w.pendMax || w.advancing {
+		// Inside fire, an entry this Add replaces must not fire after it.
+		w.flush()
 	}
-	return i, true
+	return i
+}
+
+// flush indexes the entries Add queued, in order: one whose id is already
+// pending takes over that entry's index slot, and the older entry is dropped.
+func (w *Wheel[V]) flush() {
+	if len(w.pend) == 0 {
+		return
+	}
+	x := &w.index
+	// Touch each entry's home position first. The loads do not depend on
+	// each other, so the CPU has many of their cache misses in flight at once.
+	var t int32
+	for _, i := range w.pend {
+		pos := w.slab.at(i).hash & x.mask
+		t += int32(x.tags[pos]) + x.nodes[pos]
+	}
+	w.touched = t
+	for _, i := range w.pend {
+		n := w.slab.at(i)
+		pos, j, ok := findNode(x, &w.slab, i, n)
+		if ok {
+			x.nodes[pos] = i
+			n.pos = pos
+			w.drop(j)
+			continue
+		}
+		x.insertAt(pos, i, n.hash)
+		n.pos = pos
+		if x.full() {
+			rebuild(x, &w.slab) // leaves the rest of pend unindexed
+		}
+	}
+	w.pend = w.pend[:0]
 }
 
 // Remove cancels id; false if not pending (never added, already fired, or removed).
 func (w *Wheel[V]) Remove(id string) bool {
+	w.flush()
 	h := w.index.hash(id)
 	pos, i, ok := find(&w.index, &w.slab, id, h)
 	if !ok {
@@ -188,6 +232,7 @@ func (w *Wheel[V]) Remove(id string) bool {
 
 // RemoveHandle cancels the entry h refers to; false if it is no longer pending.
 func (w *Wheel[V]) RemoveHandle(h Handle) bool {
+	w.flush()
 	if h.gen&1 == 0 || h.idx < 0 || h.idx >= w.slab.used {
 		return false
 	}
@@ -266,6 +311,7 @@ func (w *Wheel[V]) sweep() {
 // Reschedule moves a pending id to a new due time keeping its value; false if
 // not pending.
 func (w *Wheel[V]) Reschedule(id string, due time.Time) bool {
+	w.flush()
 	_, i, ok := find(&w.index, &w.slab, id, w.index.hash(id))
 	if !ok {
 		return false
@@ -278,6 +324,7 @@ func (w *Wheel[V]) Reschedule(id string, due time.Time) bool {
 
 // Get returns the pending entry's due time and value.
 func (w *Wheel[V]) Get(id string) (due time.Time, v V, ok bool) {
+	w.flush()
 	_, i, ok := find(&w.index, &w.slab, id, w.index.hash(id))
 	if !ok {
 		return time.Time{}, v, false

@@ -115,10 +115,13 @@ func TestAdvance(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			w := New[int](t0, tt.opts)
+			distinct := map[string]bool{}
 			for i, a := range tt.adds {
-				if !w.Add(a.id, a.due, i) {
-					t.Fatalf("Add(%s) = false for a new id", a.id)
-				}
+				w.Add(a.id, a.due, i)
+				distinct[a.id] = true
+			}
+			if w.Len() != len(distinct) {
+				t.Fatalf("Len = %d after adding %d ids", w.Len(), len(distinct))
 			}
 			for _, s := range tt.steps {
 				if got := ids(collect(t, w, s.now)); !slices.Equal(got, s.want) {
@@ -135,11 +138,13 @@ func TestAdvance(t *testing.T) {
 func TestAddReplacesPending(t *testing.T) {
 	t.Parallel()
 	w := New[int](t0, Options{})
-	if !w.Add("a", ms(10), 1) {
-		t.Fatal("first Add = false")
+	h := w.AddHandle("a", ms(10), 1)
+	w.Add("a", ms(5000), 2)
+	if w.Len() != 1 {
+		t.Fatalf("Len = %d after adding one id twice", w.Len())
 	}
-	if w.Add("a", ms(5000), 2) {
-		t.Fatal("second Add = true for a pending id")
+	if w.RemoveHandle(h) {
+		t.Fatal("RemoveHandle of the replaced entry = true")
 	}
 	if due, v, ok := w.Get("a"); !ok || !due.Equal(ms(5000)) || v != 2 {
 		t.Fatalf("Get = %v %d %v", due.Sub(t0), v, ok)
@@ -184,11 +189,12 @@ func TestRemoveAndReschedule(t *testing.T) {
 func TestHandles(t *testing.T) {
 	t.Parallel()
 	w := New[int](t0, Options{})
-	h := w.AddHandle("a", ms(5), 1)
-	if h2 := w.AddHandle("a", ms(7), 2); h2 != h {
-		t.Fatal("AddHandle of a pending id returned a different handle")
+	old := w.AddHandle("a", ms(5), 1)
+	h := w.AddHandle("a", ms(7), 2) // replaces the entry: old goes stale
+	if h == old || w.RemoveHandle(old) {
+		t.Fatal("the handle of a replaced entry still works")
 	}
-	w.Reschedule("a", ms(9000))
+	w.Reschedule("a", ms(9000)) // keeps the entry and its handle
 	if !w.RemoveHandle(h) || w.RemoveHandle(h) {
 		t.Fatal("RemoveHandle: want true once, then false")
 	}
@@ -383,17 +389,16 @@ func TestIDLengths(t *testing.T) {
 	}
 	w := New[int](t0, Options{})
 	for i, id := range all {
-		if !w.Add(id, ms(float64(10+i)), i) {
-			t.Fatalf("Add(%q) = false for a new id", id)
-		}
+		w.Add(id, ms(float64(10+i)), i)
+	}
+	if w.Len() != len(all) {
+		t.Fatalf("Len = %d after adding %d ids", w.Len(), len(all))
 	}
 	for i, id := range all {
 		if due, v, ok := w.Get(id); !ok || v != i || !due.Equal(ms(float64(10+i))) {
 			t.Fatalf("Get(%q) = %v, %d, %v", id, due.Sub(t0), v, ok)
 		}
-		if w.Add(id, ms(float64(10+i)), i) {
-			t.Fatalf("Add(%q) again = true", id)
-		}
+		w.Add(id, ms(float64(10+i)), i) // replaces it
 	}
 	if w.Get(all[len(all)-1] + "x"); w.Len() != len(all) {
 		t.Fatalf("Len %d, want %d", w.Len(), len(all))
