@@ -181,7 +181,20 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 		w.fireSorted(list, n, seq, due, fire)
 		return
 	}
+	// ahead runs lookahead entries before i and reads the index position
+	// each will clear: a hint only (fire may change the list), so that the
+	// cache misses of upcoming fires overlap.
+	const lookahead = 8
+	ahead := tail
+	for k := 0; k < lookahead && ahead >= 0; k++ {
+		ahead = w.slab.at(ahead).prev
+	}
 	for i := tail; i >= 0; {
+		if ahead >= 0 && ahead < w.slab.used {
+			a := w.slab.at(ahead)
+			w.touched += int32(w.index.tags[a.pos&w.index.mask])
+			ahead = a.prev
+		}
 		nd := w.slab.at(i)
 		if nd.due > n || int32(nd.seq-seq) > 0 {
 			return
@@ -256,9 +269,11 @@ func (w *Wheel[V]) fireSorted(list int, n int64, seq uint32, size int, fire func
 // allocation serves many fires, and a retained id keeps at most one block alive.
 const arenaSize = 2048
 
+type arenaBlock [arenaSize]byte
+
 // idOf returns node i's id as a string. An inline id is copied into the
-// arena: its bytes are never written again, so the string stays valid after
-// the node is reused.
+// arena block: bytes of a block are written once, before any string refers
+// to them, so the string stays valid after the node is reused.
 func (w *Wheel[V]) idOf(i int32, n *node[V]) string {
 	if n.idLen == idLong {
 		return w.slab.long[i]
@@ -267,10 +282,13 @@ func (w *Wheel[V]) idOf(i int32, n *node[V]) string {
 	if l == 0 {
 		return ""
 	}
-	if len(w.arena)+l > cap(w.arena) {
-		w.arena = make([]byte, 0, arenaSize)
+	off := w.arenaOff
+	if w.arena == nil || off+idInline > arenaSize {
+		w.arena, off = new(arenaBlock), 0
 	}
-	start := len(w.arena)
-	w.arena = append(w.arena, n.id[:l]...)
-	return unsafe.String(&w.arena[start], l)
+	// A fixed-size copy (no call); the bytes past l are overwritten by the
+	// next id, which no string has seen yet.
+	*(*[idInline]byte)(w.arena[off : off+idInline]) = n.id
+	w.arenaOff = off + l
+	return unsafe.String(&w.arena[off], l)
 }

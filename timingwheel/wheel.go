@@ -70,9 +70,10 @@ type Wheel[V any] struct {
 
 	advancing bool
 	batch     []fireEntry
-	arena     []byte  // backs the id strings Advance hands to fire
-	pend      []int32 // added entries not yet indexed; see Add
-	touched   int32   // keeps flush's first pass from being optimised away
+	arena     *arenaBlock // backs the id strings Advance hands to fire
+	arenaOff  int         // bytes of arena in use
+	pend      []int32     // added entries not yet indexed; see Add
+	touched   int32       // keeps flush's first pass from being optimised away
 }
 
 type fireEntry struct {
