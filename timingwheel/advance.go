@@ -54,14 +54,14 @@ func (w *Wheel[V]) listMin(list int, from int64) int64 {
 	const scanLimit = 64
 	earliest := int64(math.MaxInt64)
 	i := w.heads[list]
-	for k := 0; i != nilIdx && k < scanLimit; k++ {
+	for k := 0; i >= 0 && k < scanLimit; k++ {
 		n := w.slab.at(i)
 		if n.gen&1 == 1 { // not a zombie
 			earliest = min(earliest, n.due)
 		}
 		i = n.next
 	}
-	if i != nilIdx {
+	if i >= 0 {
 		return max(from, w.now+1)
 	}
 	return earliest
@@ -158,29 +158,18 @@ func compareFire(a, b fireEntry) int {
 // A list is newest first. When it is also in descending (due, seq) order, as
 // it is whenever entries were added in deadline order (a burst of equal due
 // times, a fixed delay), the due entries are its tail: they fire from the
-// tail backwards with no sort and no copy. Otherwise, or if a fire removes or
-// reschedules the entry due next, the remaining due entries are collected,
-// sorted and fired by fireSorted. Entries that fire adds or reschedules get
-// a sequence number after seq and never fire in the same call.
+// tail backwards with no sort and no copy. Otherwise (pushList keeps track),
+// or if a fire removes or reschedules the entry due next, the remaining due
+// entries are collected, sorted and fired by fireSorted. Entries that fire
+// adds or reschedules get a sequence number after seq and never fire in the
+// same call.
 func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Time, v V)) {
 	seq := w.seq
-	due, tail, ordered := 0, nilIdx, true
-	var last *node[V]
-	for i := w.heads[list]; i != nilIdx; {
-		nd := w.slab.at(i)
-		if nd.due <= n {
-			due++
-		}
-		if last != nil && (nd.due > last.due || nd.due == last.due && int32(nd.seq-last.seq) > 0) {
-			ordered = false
-		}
-		last, tail = nd, i
-		i = nd.next
-	}
-	if !ordered {
-		w.fireSorted(list, n, seq, due, fire)
+	if w.unsorted[list] {
+		w.fireSorted(list, n, seq, fire)
 		return
 	}
+	tail := w.tails[list]
 	// ahead runs lookahead entries before i and reads the index position
 	// each will clear: a hint only (fire may change the list), so that the
 	// cache misses of upcoming fires overlap.
@@ -209,9 +198,9 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 		if p < 0 {
 			return
 		}
-		if pn := w.slab.at(p); pn.gen != pgen || pn.seq != pseq || pn.next != nilIdx {
+		if pn := w.slab.at(p); pn.gen != pgen || pn.seq != pseq || pn.next != listEnd(list) {
 			// fire removed or moved the entry due next: fall back.
-			w.fireSorted(list, n, seq, due, fire)
+			w.fireSorted(list, n, seq, fire)
 			return
 		}
 		i = p
@@ -234,13 +223,10 @@ func (w *Wheel[V]) fireNode(i int32, fire func(id string, due time.Time, v V)) {
 }
 
 // fireSorted fires the entries of a list due at or before n and placed at or
-// before sequence number seq, in (due, seq) order; size is a capacity hint.
-func (w *Wheel[V]) fireSorted(list int, n int64, seq uint32, size int, fire func(id string, due time.Time, v V)) {
+// before sequence number seq, in (due, seq) order.
+func (w *Wheel[V]) fireSorted(list int, n int64, seq uint32, fire func(id string, due time.Time, v V)) {
 	b := w.batch[:0]
-	if cap(b) < size {
-		b = make([]fireEntry, 0, size)
-	}
-	for i := w.heads[list]; i != nilIdx; {
+	for i := w.heads[list]; i >= 0; {
 		nd := w.slab.at(i)
 		next := nd.next
 		switch {

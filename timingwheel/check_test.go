@@ -12,6 +12,9 @@ func (w *Wheel[V]) check() error {
 	overdue := w.overdueList()
 	for list, head := range w.heads {
 		prev := -int32(list) - 2
+		if (head == nilIdx) != (w.tails[list] == nilIdx) {
+			return fmt.Errorf("list %d: head %d, tail %d", list, head, w.tails[list])
+		}
 		if list < overdue {
 			level, slot := 0, list
 			if list >= w.l0 {
@@ -24,12 +27,19 @@ func (w *Wheel[V]) check() error {
 		} else if head == nilIdx && w.overdueMin != math.MaxInt64 {
 			return fmt.Errorf("empty overdue list with overdueMin %d", w.overdueMin)
 		}
-		for i := head; i != nilIdx; i = w.slab.at(i).next {
+		var last *node[V]
+		for i := head; i >= 0; i = w.slab.at(i).next {
 			n := w.slab.at(i)
 			if n.prev != prev {
 				return fmt.Errorf("node %d: prev %d, want %d", i, n.prev, prev)
 			}
-			prev = i
+			if n.next < 0 && (n.next != listEnd(list) || w.tails[list] != i) {
+				return fmt.Errorf("list %d ends at node %d with next %d, tail %d", list, i, n.next, w.tails[list])
+			}
+			if last != nil && !w.unsorted[list] && (n.due > last.due || n.due == last.due && int32(n.seq-last.seq) > 0) {
+				return fmt.Errorf("list %d out of (due, seq) order at node %d but not marked unsorted", list, i)
+			}
+			prev, last = i, n
 			if n.gen&1 == 0 {
 				// A zombie: removed, not yet freed. It may sit in a slot
 				// Advance has passed; it is never indexed and never fires.

@@ -63,15 +63,31 @@ func (w *Wheel[V]) setOccupied(list int, on bool) {
 	}
 }
 
+// listEnd is node.next of the last node of a list: it names the list, so
+// unlinking a list's last node can update the list's tail.
+func listEnd(list int) int32 { return -int32(list) - 4 }
+
+// pushList links node i at the head of a list (lists are newest first). A
+// node due before the head, or tied with it and inserted earlier (a
+// cascade keeps sequence numbers), marks the list unsorted until it empties.
 func (w *Wheel[V]) pushList(list int, i int32) {
 	n := w.slab.at(i)
 	head := w.heads[list]
-	n.next = head
 	n.prev = -int32(list) - 2
 	if head != nilIdx {
-		w.slab.at(head).prev = i
-	} else if list < w.overdueList() {
-		w.setOccupied(list, true)
+		h := w.slab.at(head)
+		h.prev = i
+		n.next = head
+		if n.due < h.due || n.due == h.due && int32(n.seq-h.seq) < 0 {
+			w.unsorted[list] = true
+		}
+	} else {
+		n.next = listEnd(list)
+		w.tails[list] = i
+		w.unsorted[list] = false
+		if list < w.overdueList() {
+			w.setOccupied(list, true)
+		}
 	}
 	w.heads[list] = i
 }
@@ -84,18 +100,21 @@ func (w *Wheel[V]) unlink(i int32) {
 		return
 	}
 	next, prev := n.next, n.prev
-	if next != nilIdx {
+	if next >= 0 {
 		w.slab.at(next).prev = prev
+	} else {
+		w.tails[-next-4] = max(prev, nilIdx)
 	}
 	if prev >= 0 {
 		w.slab.at(prev).next = next
 		return
 	}
 	list := int(-prev - 2)
-	w.heads[list] = next
-	if next != nilIdx {
+	if next >= 0 {
+		w.heads[list] = next
 		return
 	}
+	w.heads[list] = nilIdx
 	if list < w.overdueList() {
 		w.setOccupied(list, false)
 	} else {
@@ -104,13 +123,14 @@ func (w *Wheel[V]) unlink(i int32) {
 }
 
 // takeList empties a list and returns its former head; the nodes keep their
-// links to each other.
+// links to each other (the last one's next is still the list's end marker).
 func (w *Wheel[V]) takeList(list int) int32 {
 	head := w.heads[list]
 	if head == nilIdx {
 		return nilIdx
 	}
 	w.heads[list] = nilIdx
+	w.tails[list] = nilIdx
 	if list < w.overdueList() {
 		w.setOccupied(list, false)
 	} else {
@@ -122,7 +142,7 @@ func (w *Wheel[V]) takeList(list int) int32 {
 // cascade moves the level-1 list of cur's block into level 0. Entries keep
 // their sequence numbers.
 func (w *Wheel[V]) cascade() {
-	for i := w.takeList(w.level1(w.cur >> w.shift)); i != nilIdx; {
+	for i := w.takeList(w.level1(w.cur >> w.shift)); i >= 0; {
 		n := w.slab.at(i)
 		next := n.next
 		if n.gen&1 == 0 { // a zombie: the list is already detached

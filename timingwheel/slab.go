@@ -3,7 +3,7 @@ package timingwheel
 // Node links. A node lives in exactly one place: a slot list of either wheel
 // level, the overdue list, the heap, or the free list.
 const (
-	nilIdx    int32 = -1 // end of a list
+	nilIdx    int32 = -1 // no node: an empty list's head or tail, the free list's end
 	inHeap    int32 = -2 // node.next marker: the node is in the heap, node.prev is its heap position
 	zombie    int32 = -3 // node.next marker: removed while in the heap, freed when popped or compacted
 	chunkBits       = 10
@@ -22,7 +22,7 @@ type node[V any] struct {
 	v     V
 	due   int64  // nanoseconds since start
 	hash  uint32 // the id's index hash, so removal and firing never rehash the id
-	next  int32  // list successor, inHeap, zombie, or free-list link
+	next  int32  // list successor or listEnd, inHeap, zombie, or free-list link
 	prev  int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
 	gen   uint32 // odd while pending, even while free; bumped on alloc and free
 	seq   uint32 // insertion order, assigned on Add and Reschedule

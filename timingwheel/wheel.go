@@ -49,8 +49,10 @@ type Wheel[V any] struct {
 	// level-1 blocks), heads[2*Slots:3*Slots] the level-1 slot lists (Slots
 	// ticks each) and heads[3*Slots] the overdue list of entries due at or
 	// before now. Lists are doubly linked through node.next and node.prev,
-	// newest first.
+	// newest first; the head's prev and the last node's next name the list.
 	heads    []int32
+	tails    []int32     // the last node of each list, nilIdx if empty
+	unsorted []bool      // list not in descending (due, seq) order from its head
 	occupied [2][]uint64 // bit per slot of each level: list not empty
 	heap     []int32     // entries beyond the level-1 horizon
 	zombies  int         // removed entries still in the heap
@@ -114,8 +116,10 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 	}
 	w.occupied[0] = make([]uint64, (w.l0+63)/64)
 	w.occupied[1] = make([]uint64, (opts.Slots+63)/64)
+	w.tails = make([]int32, len(w.heads))
+	w.unsorted = make([]bool, len(w.heads))
 	for i := range w.heads {
-		w.heads[i] = nilIdx
+		w.heads[i], w.tails[i] = nilIdx, nilIdx
 	}
 	w.slab.free = nilIdx
 	w.index.init()
@@ -298,7 +302,7 @@ func (w *Wheel[V]) maybeSweep() {
 // sweep frees every zombie in the lists, in O(entries).
 func (w *Wheel[V]) sweep() {
 	for list := range w.heads {
-		for i := w.heads[list]; i != nilIdx; {
+		for i := w.heads[list]; i >= 0; {
 			n := w.slab.at(i)
 			next := n.next
 			if n.gen&1 == 0 {
