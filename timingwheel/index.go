@@ -1,6 +1,10 @@
 package timingwheel
 
-import "hash/maphash"
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+)
 
 // index maps ids to node indexes: open addressing with linear probing over
 // two parallel arrays. tags holds one byte per position (empty, deleted, or
@@ -78,29 +82,71 @@ func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32
 	}
 }
 
-// findNode is find for the id of node i (n), which is not indexed.
+// findNode is find for the id of node i (n), which is not indexed. It
+// reads eight tags at a time: one load and a few bit operations find the
+// group's tag matches, tombstones and first empty position, so probing takes
+// one well-predicted branch per group instead of one per position.
 func findNode[V any](x *index, s *slab[V], i int32, n *node[V]) (pos uint32, j int32, ok bool) {
 	h := n.hash
 	tag := tagOf(h)
 	free := int64(-1)
-	for pos = h & x.mask; ; pos = (pos + 1) & x.mask {
-		switch t := x.tags[pos]; t {
-		case tagEmpty:
-			if free >= 0 {
-				pos = uint32(free)
+	pos = h & x.mask
+	for {
+		if int(pos)+8 > len(x.tags) {
+			// The table's last positions: one at a time, then wrap.
+			for ; pos != 0; pos = (pos + 1) & x.mask {
+				switch t := x.tags[pos]; t {
+				case tagEmpty:
+					if free >= 0 {
+						pos = uint32(free)
+					}
+					return pos, nilIdx, false
+				case tagDeleted:
+					if free < 0 {
+						free = int64(pos)
+					}
+				case tag:
+					j = x.nodes[pos]
+					if m := s.at(j); m.hash == h && s.sameID(i, n, j, m) {
+						return pos, j, true
+					}
+				}
 			}
-			return pos, nilIdx, false
-		case tagDeleted:
-			if free < 0 {
-				free = int64(pos)
-			}
-		case tag:
-			j = x.nodes[pos]
-			if m := s.at(j); m.hash == h && s.sameID(i, n, j, m) {
-				return pos, j, true
+			continue
+		}
+		g := binary.LittleEndian.Uint64(x.tags[pos:])
+		// Bytes before the group's first empty one are on the probe path.
+		path := ^uint64(0)
+		if e := zeroBytes(g); e != 0 {
+			path = e&-e - 1
+		}
+		for m := zeroBytes(g^(lowBytes*uint64(tag))) & path; m != 0; m &= m - 1 {
+			k := uint32(bits.TrailingZeros64(m) / 8)
+			j = x.nodes[pos+k]
+			if nd := s.at(j); nd.hash == h && s.sameID(i, n, j, nd) {
+				return pos + k, j, true
 			}
 		}
+		if d := zeroBytes(g^(lowBytes*tagDeleted)) & path; d != 0 && free < 0 {
+			free = int64(pos + uint32(bits.TrailingZeros64(d)/8))
+		}
+		if path != ^uint64(0) {
+			if free >= 0 {
+				return uint32(free), nilIdx, false
+			}
+			return pos + uint32(bits.TrailingZeros64(path+1)/8), nilIdx, false
+		}
+		pos = (pos + 8) & x.mask
 	}
+}
+
+const lowBytes = 0x0101010101010101
+
+// zeroBytes has the top bit of each byte of g that is zero set. Above the
+// lowest zero byte it may also flag a byte that is one; callers use only the
+// lowest flag, or verify each.
+func zeroBytes(g uint64) uint64 {
+	return (g - lowBytes) &^ g & (lowBytes << 7)
 }
 
 // insertAt stores node i with hash h at the position find returned. The
