@@ -57,8 +57,8 @@ func (w *Wheel[V]) check() error {
 				continue
 			}
 			t := w.tickOf(n.due)
-			if n.hash != w.index.hash(w.idOf(i, n)) {
-				return fmt.Errorf("node %d: hash %x of %q", i, n.hash, w.idOf(i, n))
+			if n.hash != w.index.hash(w.slab.idView(i, n)) {
+				return fmt.Errorf("node %d: hash %x of %q", i, n.hash, w.slab.idView(i, n))
 			}
 			if list < w.l0 {
 				if n.due <= w.now || t < w.cur || t-w.cur > w.mask0 || int(t&w.mask0) != list {
@@ -136,7 +136,7 @@ func (w *Wheel[V]) check() error {
 		indexed++
 		i := w.index.nodes[pos]
 		n := w.slab.at(i)
-		id := w.idOf(i, n)
+		id := w.slab.idView(i, n)
 		if n.gen&1 == 0 || tag != tagOf(n.hash) || n.hash != w.index.hash(id) || int(n.pos) != pos {
 			return fmt.Errorf("index position %d: node %d gen %d pos %d id %q", pos, i, n.gen, n.pos, id)
 		}

@@ -56,38 +56,11 @@ func tagOf(h uint32) uint8 {
 
 // find returns the position and node index of id, or ok=false and the
 // position where id would be inserted (the first tombstone on its probe path,
-// else the empty position that ended it).
+// else the empty position that ended it). It reads eight tags at a time: one
+// load and a few bit operations find a group's tag matches, tombstones and
+// first empty position, so probing takes one well-predicted branch per group
+// instead of one per position.
 func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32, ok bool) {
-	tag := tagOf(h)
-	free := int64(-1)
-	for pos = h & x.mask; ; pos = (pos + 1) & x.mask {
-		switch t := x.tags[pos]; t {
-		case tagEmpty:
-			if free >= 0 {
-				pos = uint32(free)
-			}
-			return pos, nilIdx, false
-		case tagDeleted:
-			if free < 0 {
-				free = int64(pos)
-			}
-		case tag:
-			// The node's full hash first: a tag match with another id then
-			// costs no read of either id's bytes.
-			i = x.nodes[pos]
-			if n := s.at(i); n.hash == h && s.hasID(i, n, id) {
-				return pos, i, true
-			}
-		}
-	}
-}
-
-// findNode is find for the id of node i (n), which is not indexed. It
-// reads eight tags at a time: one load and a few bit operations find the
-// group's tag matches, tombstones and first empty position, so probing takes
-// one well-predicted branch per group instead of one per position.
-func findNode[V any](x *index, s *slab[V], i int32, n *node[V]) (pos uint32, j int32, ok bool) {
-	h := n.hash
 	tag := tagOf(h)
 	free := int64(-1)
 	pos = h & x.mask
@@ -106,25 +79,26 @@ func findNode[V any](x *index, s *slab[V], i int32, n *node[V]) (pos uint32, j i
 						free = int64(pos)
 					}
 				case tag:
-					j = x.nodes[pos]
-					if m := s.at(j); m.hash == h && s.sameID(i, n, j, m) {
-						return pos, j, true
+					// The node's full hash first: a tag match with another id
+					// then costs no comparison of ids.
+					i = x.nodes[pos]
+					if n := s.at(i); n.hash == h && s.hasID(i, n, id) {
+						return pos, i, true
 					}
 				}
 			}
 			continue
 		}
 		g := binary.LittleEndian.Uint64(x.tags[pos:])
-		// Bytes before the group's first empty one are on the probe path.
-		path := ^uint64(0)
+		path := ^uint64(0) // bytes before the group's first empty one
 		if e := zeroBytes(g); e != 0 {
 			path = e&-e - 1
 		}
 		for m := zeroBytes(g^(lowBytes*uint64(tag))) & path; m != 0; m &= m - 1 {
 			k := uint32(bits.TrailingZeros64(m) / 8)
-			j = x.nodes[pos+k]
-			if nd := s.at(j); nd.hash == h && s.sameID(i, n, j, nd) {
-				return pos + k, j, true
+			i = x.nodes[pos+k]
+			if n := s.at(i); n.hash == h && s.hasID(i, n, id) {
+				return pos + k, i, true
 			}
 		}
 		if d := zeroBytes(g^(lowBytes*tagDeleted)) & path; d != 0 && free < 0 {

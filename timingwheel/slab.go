@@ -1,5 +1,7 @@
 package timingwheel
 
+import "unsafe"
+
 // Node links. A node lives in exactly one place: a slot list of either wheel
 // level, the overdue list, the heap, or the free list.
 const (
@@ -113,13 +115,14 @@ func (s *slab[V]) push(i int32) {
 	s.free = i
 }
 
-// sameID reports whether nodes i (a) and j (b) hold the same id.
-func (s *slab[V]) sameID(i int32, a *node[V], j int32, b *node[V]) bool {
-	if a.idLen != b.idLen {
-		return false
+// idView returns node i's (n) id without copying it: an inline id's string
+// aliases the node, so it must not outlive the call that asked for it.
+func (s *slab[V]) idView(i int32, n *node[V]) string {
+	switch n.idLen {
+	case idLong:
+		return s.long[i]
+	case 0:
+		return ""
 	}
-	if a.idLen == idLong {
-		return s.long[i] == s.long[j]
-	}
-	return string(a.id[:a.idLen]) == string(b.id[:b.idLen])
+	return unsafe.String(&n.id[0], int(n.idLen))
 }
