@@ -27,14 +27,32 @@
 // using the monotonic clock reading of time.Time when present. Due times
 // before start, or before the latest Advance, fire on the next Advance.
 //
-// Memory: one node per pending entry in a chunked slab (56 bytes for a value
-// of up to 8 bytes) and an id index of 5 bytes per position, 10 to 20 bytes per
-// entry: a one-byte tag array that probes scan and that stays in cache, and the
-// node index of each position. A node remembers its index position, so
-// RemoveHandle and firing never hash or look up the id. Removing an entry
-// that waits in the heap leaves its node there as a zombie, as the Go runtime
-// does with stopped timers; zombies are freed when they reach the top of the
-// heap or when they pass a quarter of it. A Go map[string]int32 index alone
-// costs about 56 bytes per entry at one million entries, which is why the index
-// is a small purpose-built table.
+// Ids. The wheel keeps its own copy of each id: up to 39 bytes (a UUID's 36
+// fit) inside the entry's node, longer ones in a side map. Comparing an id
+// then reads nothing beyond the node, so Remove, Get and Reschedule cost one
+// read of the index and one of the node. Advance hands fire a string copied
+// out of the node into a shared 2 KB block.
+//
+// Add is O(1) and defers indexing: it links the entry where it fires and
+// queues it, and the queue (up to 256 entries) is indexed in one pass before
+// anything reads the index. The pass touches every queued entry's index
+// position first, so the cache misses of many Adds overlap. An Add of an id
+// that is already pending replaces that entry (its handles go stale).
+//
+// Remove and RemoveHandle are O(1) and write only the removed node and its
+// index position: the node stays in its list as a zombie, like a stopped
+// runtime timer, and is freed when Advance or a cascade reaches it, or when
+// zombies outnumber the pending entries (one O(n) sweep). Zombies in the heap
+// are freed when they reach its top, or all at once when they pass a quarter
+// of it.
+//
+// Memory: one node per pending entry in a chunked slab (80 bytes for a value
+// of up to 8 bytes, the id included) and an id index of 5 bytes per position,
+// 10 to 20 bytes per entry: a one-byte tag array that probes scan eight tags
+// at a time, and the node index of each position. A node remembers its index
+// position, so RemoveHandle and firing never hash or look up the id. A Go
+// map[string]int32 index alone costs about 56 bytes per entry at one million
+// entries, which is why the index is a small purpose-built table. With a value
+// without pointers the slab holds no pointers, so the garbage collector never
+// scans it.
 package timingwheel
