@@ -143,6 +143,18 @@ func (w *Wheel[V]) check() error {
 		if p, j, ok := find(&w.index, &w.slab, id, n.hash); !ok || j != i || int(p) != pos {
 			return fmt.Errorf("id %q not found at its position %d", id, pos)
 		}
+		if p, j, ok := findNew(&w.index, &w.slab, id, n.hash); !ok || j != i || int(p) != pos {
+			return fmt.Errorf("findNew: id %q not found at its position %d", id, pos)
+		}
+	}
+	for k := range 4 { // absent ids: both probes pick the same insert position
+		id := fmt.Sprintf("\x00absent-%d", k)
+		h := w.index.hash(id)
+		p1, _, ok1 := find(&w.index, &w.slab, id, h)
+		p2, _, ok2 := findNew(&w.index, &w.slab, id, h)
+		if ok1 || ok2 || p1 != p2 {
+			return fmt.Errorf("absent id %q: find %d %v, findNew %d %v", id, p1, ok1, p2, ok2)
+		}
 	}
 	if indexed != w.index.count || used != w.index.used || w.index.full() {
 		return fmt.Errorf("index count %d used %d of %d, %d live and %d used positions", w.index.count, w.index.used, len(w.index.tags), indexed, used)

@@ -56,11 +56,41 @@ func tagOf(h uint32) uint8 {
 
 // find returns the position and node index of id, or ok=false and the
 // position where id would be inserted (the first tombstone on its probe path,
-// else the empty position that ended it). It reads eight tags at a time: one
-// load and a few bit operations find a group's tag matches, tombstones and
-// first empty position, so probing takes one well-predicted branch per group
-// instead of one per position.
+// else the empty position that ended it).
 func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32, ok bool) {
+	tag := tagOf(h)
+	free := int64(-1)
+	for pos = h & x.mask; ; pos = (pos + 1) & x.mask {
+		switch t := x.tags[pos]; t {
+		case tagEmpty:
+			if free >= 0 {
+				pos = uint32(free)
+			}
+			return pos, nilIdx, false
+		case tagDeleted:
+			if free < 0 {
+				free = int64(pos)
+			}
+		case tag:
+			// The node's full hash first: a tag match with another id then
+			// costs no comparison of ids.
+			i = x.nodes[pos]
+			if n := s.at(i); n.hash == h && s.hasID(i, n, id) {
+				return pos, i, true
+			}
+		}
+	}
+}
+
+// findNew is find for an id that is probably not pending: indexing a queued
+// entry. It reads eight tags at a time: one load and a few bit operations find
+// a group's tag matches, tombstones and first empty position, so probing takes
+// one well-predicted branch per group instead of one per position. A lookup
+// that usually hits is faster with find: there the predicted match at the home
+// position lets the CPU read the node index before the tag arrives, where here
+// the position of a match depends on the loaded tags (measured: cancel by id
+// about 1.5x slower with this loop).
+func findNew[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32, ok bool) {
 	tag := tagOf(h)
 	free := int64(-1)
 	pos = h & x.mask

@@ -206,7 +206,7 @@ func (w *Wheel[V]) flush() {
 	w.touched = t
 	for _, i := range w.pend {
 		n := w.slab.at(i)
-		pos, j, ok := find(x, &w.slab, w.slab.idView(i, n), n.hash)
+		pos, j, ok := findNew(x, &w.slab, w.slab.idView(i, n), n.hash)
 		if ok {
 			x.nodes[pos] = i
 			n.pos = pos
