@@ -84,6 +84,7 @@ func runModel(data []byte) error {
 	w := New[int](start, opts)
 	floors := in.byte()
 	w.zombieFloor, w.sweepFloor, w.pendMax = int(floors%4), int(floors/4%8), 1+int(floors/32)
+	w.sweepChunk = 1 + int(floors%5)
 	m := &model{pending: map[string]modelEntry{}}
 	var handles []handleRef
 	vals := 0

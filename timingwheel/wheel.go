@@ -63,7 +63,9 @@ type Wheel[V any] struct {
 	// lower them.
 	zombieFloor int
 	sweepFloor  int
-	pendMax     int // pendMax; tests lower it
+	sweepChunk  int   // nodes one sweep step visits; tests lower it
+	sweepAt     int32 // next node of a sweep in progress, -1 if none
+	pendMax     int   // pendMax; tests lower it
 
 	now        int64 // highest time passed to Advance, ns since start
 	cur        int64 // tick of the slot Advance resumes at
@@ -112,6 +114,8 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 		overdueMin:  math.MaxInt64,
 		zombieFloor: 256,
 		sweepFloor:  16384,
+		sweepChunk:  1024,
+		sweepAt:     -1,
 		pendMax:     pendMax,
 	}
 	w.occupied[0] = make([]uint64, (w.l0+63)/64)
@@ -258,9 +262,11 @@ func (w *Wheel[V]) RemoveHandle(h Handle) bool {
 // two more cache misses than the lookup itself at a million entries.
 //
 // Zombies in the heap are also freed all at once when they pass a quarter of
-// it; zombies in lists, when they outnumber the pending entries (sweep), so
-// memory stays within a constant factor of the pending count. An entry of the
-// overdue list is unlinked at once.
+// it. Zombies in lists are also freed by a sweep that starts when they
+// outnumber the pending entries and goes through the slab 1024 nodes per
+// Remove or Advance, so memory stays within a constant factor of the pending
+// count and no call stalls on a whole pass. An entry of the overdue list is
+// unlinked at once.
 func (w *Wheel[V]) drop(i int32) {
 	n := w.slab.at(i)
 	switch {
@@ -291,25 +297,36 @@ func (w *Wheel[V]) freeZombie(i int32) {
 	w.listZombies--
 }
 
-// maybeSweep sweeps once the list zombies outnumber the pending entries and
-// sweepFloor. Never from inside Advance, whose list walks hold node indexes.
+// maybeSweep starts a sweep once the list zombies outnumber the pending
+// entries and sweepFloor, and advances a sweep in progress by one step. Never
+// from inside Advance, whose list walks hold node indexes.
 func (w *Wheel[V]) maybeSweep() {
-	if w.listZombies > max(w.index.count, w.sweepFloor) {
-		w.sweep()
+	if w.sweepAt < 0 && w.listZombies > max(w.index.count, w.sweepFloor) {
+		w.sweepAt = 0
+	}
+	if w.sweepAt >= 0 {
+		w.sweepStep()
+		if w.sweepAt < 0 && w.listZombies > max(w.index.count, w.sweepFloor) {
+			w.sweepAt = 0 // zombies made behind the pass: go round again
+		}
 	}
 }
 
-// sweep frees every zombie in the lists, in O(entries).
-func (w *Wheel[V]) sweep() {
-	for list := range w.heads {
-		for i := w.heads[list]; i >= 0; {
-			n := w.slab.at(i)
-			next := n.next
-			if n.gen&1 == 0 {
-				w.freeZombie(i)
-			}
-			i = next
+// sweepStep visits the next sweepChunk nodes of the slab, in index order, and
+// frees the zombies in lists among them; the step after the last node ends the
+// sweep. A step costs a bounded time (sequential reads, an unlink per zombie),
+// and a sweep frees every zombie that existed when it started.
+func (w *Wheel[V]) sweepStep() {
+	end := min(w.sweepAt+int32(w.sweepChunk), w.slab.used)
+	for i := w.sweepAt; i < end; i++ {
+		// A list zombie: retired, and neither free (prev nilIdx) nor in the heap.
+		if n := w.slab.at(i); n.gen&1 == 0 && n.prev != nilIdx && n.next != zombie {
+			w.freeZombie(i)
 		}
+	}
+	w.sweepAt = end
+	if end >= w.slab.used {
+		w.sweepAt = -1
 	}
 }
 

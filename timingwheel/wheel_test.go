@@ -430,3 +430,48 @@ func TestIDLengths(t *testing.T) {
 		}
 	}
 }
+
+// TestSweep removes most entries of a large wheel: the zombies they leave
+// are freed by a sweep that goes a bounded number of nodes per call, and
+// their nodes are reused.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	const n = 50000
+	for i := range n {
+		w.Add(fmt.Sprint(i), ms(60_000+float64(i)), i) // level 1, never fired here
+	}
+	swept := false
+	for i := range n - 1000 {
+		if !w.Remove(fmt.Sprint(i)) {
+			t.Fatalf("Remove(%d) = false", i)
+		}
+		swept = swept || w.sweepAt >= 0
+		if w.sweepAt >= 0 && w.listZombies > 2*max(w.Len(), w.sweepFloor) {
+			t.Fatalf("%d zombies for %d pending during a sweep", w.listZombies, w.Len())
+		}
+	}
+	if !swept {
+		t.Fatal("no sweep started")
+	}
+	// Drive the sweep in progress, if any, to its end.
+	for k := 0; w.sweepAt >= 0 && k < n; k++ {
+		w.Remove("absent")
+	}
+	if w.sweepAt >= 0 || w.listZombies > max(w.Len(), w.sweepFloor) {
+		t.Fatalf("sweep at %d, %d zombies for %d pending", w.sweepAt, w.listZombies, w.Len())
+	}
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+	used := w.slab.used
+	for i := range n - 1000 {
+		w.Add(fmt.Sprint("again-", i), ms(60_000), i)
+	}
+	if w.slab.used >= used+n-1000 {
+		t.Fatalf("slab grew from %d to %d: freed nodes not reused", used, w.slab.used)
+	}
+	if got := len(collect(t, w, ms(200_000))); got != n {
+		t.Fatalf("fired %d, want %d", got, n)
+	}
+}
