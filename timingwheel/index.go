@@ -96,28 +96,9 @@ func findNew[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i in
 	pos = h & x.mask
 	for {
 		if int(pos)+8 > len(x.tags) {
-			// The table's last positions: one at a time, then wrap.
-			for ; pos != 0; pos = (pos + 1) & x.mask {
-				switch t := x.tags[pos]; t {
-				case tagEmpty:
-					if free >= 0 {
-						pos = uint32(free)
-					}
-					return pos, nilIdx, false
-				case tagDeleted:
-					if free < 0 {
-						free = int64(pos)
-					}
-				case tag:
-					// The node's full hash first: a tag match with another id
-					// then costs no comparison of ids.
-					i = x.nodes[pos]
-					if n := s.at(i); n.hash == h && s.hasID(i, n, id) {
-						return pos, i, true
-					}
-				}
-			}
-			continue
+			// Near the table's end (rare in a large table): probe one tag at a
+			// time from the start, which gives the same answer.
+			return find(x, s, id, h)
 		}
 		g := binary.LittleEndian.Uint64(x.tags[pos:])
 		path := ^uint64(0) // bytes before the group's first empty one
