@@ -20,10 +20,15 @@ const (
 )
 
 // slot is what the wheel holds per task: one entry per task id, whatever its state.
-type slot struct {
-	rev  uint64
-	kind jobKind
-}
+type slot uint64
+
+// newSlot packs a record revision and the job kind into the wheel's value: 8 bytes
+// instead of a 16-byte struct, for every pending task. Revisions are stream sequences,
+// far below 2^61.
+func newSlot(rev uint64, kind jobKind) slot { return slot(rev<<3 | uint64(kind)) }
+
+func (s slot) rev() uint64   { return uint64(s) >> 3 }
+func (s slot) kind() jobKind { return jobKind(s & 7) }
 
 // job is one unit of work for a worker. entry is set when the loop holds the record's payload;
 // a jobPreRead carries many ids, read in one batch.
@@ -144,7 +149,7 @@ func (l *loopState) apply(ev kvstore.Event) {
 	case kvstore.EventPut:
 		e := ev.Entry
 		id := e.Task.ID
-		if _, cur, ok := l.wheel.Get(id); ok && cur.rev > e.Revision {
+		if _, cur, ok := l.wheel.Get(id); ok && cur.rev() > e.Revision {
 			return // an older revision than the one indexed
 		}
 		delete(l.near, id)
@@ -156,14 +161,14 @@ func (l *loopState) apply(ev kvstore.Event) {
 		case t.Status == kvstore.StatusWaiting:
 			if t.DueAt-l.nowMs() <= l.b.cfg.PreRead.Milliseconds() {
 				l.near[id] = &e
-				l.wheel.Add(id, l.mono(t.DueAt), slot{rev: e.Revision, kind: jobFire})
+				l.wheel.Add(id, l.mono(t.DueAt), newSlot(e.Revision, jobFire))
 			} else {
-				l.wheel.Add(id, l.mono(t.DueAt-l.b.cfg.PreRead.Milliseconds()), slot{rev: e.Revision, kind: jobPreRead})
+				l.wheel.Add(id, l.mono(t.DueAt-l.b.cfg.PreRead.Milliseconds()), newSlot(e.Revision, jobPreRead))
 			}
 		case t.Status == kvstore.StatusRunning:
-			l.wheel.Add(id, l.mono(t.LeaseUntil), slot{rev: e.Revision, kind: jobLease})
+			l.wheel.Add(id, l.mono(t.LeaseUntil), newSlot(e.Revision, jobLease))
 		case t.Status.Final():
-			l.wheel.Add(id, l.mono(cmp.Or(t.FinishedAt, t.UpdatedAt)+l.b.cfg.Retention.Milliseconds()), slot{rev: e.Revision, kind: jobRetain})
+			l.wheel.Add(id, l.mono(cmp.Or(t.FinishedAt, t.UpdatedAt)+l.b.cfg.Retention.Milliseconds()), newSlot(e.Revision, jobRetain))
 		}
 	case kvstore.EventDelete:
 		l.b.fired.drop(ev.ID, ev.Revision)
@@ -177,24 +182,24 @@ func (l *loopState) apply(ev kvstore.Event) {
 
 // due is called by the wheel for each entry whose time has come.
 func (l *loopState) due(id string, at time.Time, s slot) {
-	j := job{kind: s.kind, id: id, rev: s.rev}
-	switch s.kind {
+	j := job{kind: s.kind(), id: id, rev: s.rev()}
+	switch s.kind() {
 	case jobFire:
 		if e, ok := l.near[id]; ok {
 			delete(l.near, id)
-			if e.Revision == s.rev {
+			if e.Revision == s.rev() {
 				j.entry = e
 			}
 		}
 	case jobPreRead:
 		// Index the fire itself now; the read result, if it comes in time, only adds the payload.
-		if e, ok := l.near[id]; ok && e.Revision == s.rev {
+		if e, ok := l.near[id]; ok && e.Revision == s.rev() {
 			j.kind = jobFire
 			j.entry = e
 			delete(l.near, id)
 			break
 		}
-		l.wheel.Add(id, at.Add(l.b.cfg.PreRead), slot{rev: s.rev, kind: jobFire})
+		l.wheel.Add(id, at.Add(l.b.cfg.PreRead), newSlot(s.rev(), jobFire))
 		l.reads = append(l.reads, id)
 		return
 	}
@@ -216,14 +221,14 @@ func (l *loopState) result(r result) {
 	if r.entries != nil { // pre-read records: keep those the wheel still expects at that revision
 		for i := range r.entries {
 			e := &r.entries[i]
-			if _, cur, ok := l.wheel.Get(e.Task.ID); ok && cur.rev == e.Revision && cur.kind == jobFire {
+			if _, cur, ok := l.wheel.Get(e.Task.ID); ok && cur.rev() == e.Revision && cur.kind() == jobFire {
 				l.near[e.Task.ID] = e
 			}
 		}
 		return
 	}
-	if _, cur, ok := l.wheel.Get(r.id); ok && cur.rev > r.rev {
+	if _, cur, ok := l.wheel.Get(r.id); ok && cur.rev() > r.rev {
 		return // a newer revision is indexed already
 	}
-	l.wheel.Add(r.id, l.mono(r.at), slot{rev: r.rev, kind: r.kind})
+	l.wheel.Add(r.id, l.mono(r.at), newSlot(r.rev, r.kind))
 }
