@@ -49,17 +49,22 @@ func (w *Wheel[V]) Next() (time.Time, bool) {
 
 // listMin returns the earliest due time in a slot list whose entries are all
 // due after now and at or after from. A short list is scanned for the exact
-// value; a long one reports from (after now).
+// value; a long one reports from (after now). Zombies it passes are freed
+// (outside Advance), so that Next never scans the same zombies twice: a burst
+// of removals costs each Next at most one pass over what it removed.
 func (w *Wheel[V]) listMin(list int, from int64) int64 {
 	const scanLimit = 64
 	earliest := int64(math.MaxInt64)
 	i := w.heads[list]
 	for k := 0; i >= 0 && k < scanLimit; k++ {
 		n := w.slab.at(i)
-		if n.gen&1 == 1 { // not a zombie
+		next := n.next
+		if n.gen&1 == 1 {
 			earliest = min(earliest, n.due)
+		} else if !w.advancing {
+			w.freeZombie(i)
 		}
-		i = n.next
+		i = next
 	}
 	if i >= 0 {
 		return max(from, w.now+1)

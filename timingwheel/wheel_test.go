@@ -475,3 +475,31 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("fired %d, want %d", got, n)
 	}
 }
+
+// TestNextFreesZombies: after many near-term entries are removed, Next passes
+// over their slots to the next pending entry once, freeing what it passes.
+func TestNextFreesZombies(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	w.sweepFloor = 1 << 30 // no sweep: Next alone must free them
+	const n = 20000
+	for i := range n {
+		w.Add(fmt.Sprint(i), ms(1000+float64(i)/5), i) // 1–5 s, level 0
+	}
+	w.Add("last", ms(7000), -1)
+	for i := range n {
+		w.Remove(fmt.Sprint(i))
+	}
+	if w.listZombies != n {
+		t.Fatalf("%d zombies after removing %d", w.listZombies, n)
+	}
+	if next, ok := w.Next(); !ok || !next.Equal(ms(7000)) {
+		t.Fatalf("Next = %v %v, want 7s", next.Sub(t0), ok)
+	}
+	if w.listZombies != 0 {
+		t.Fatalf("%d zombies left after Next", w.listZombies)
+	}
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+}
