@@ -41,9 +41,9 @@
 //
 // Remove and RemoveHandle are O(1) and write only the removed node and its
 // index position: the node stays in its list as a zombie, like a stopped
-// runtime timer, and is freed when Advance or a cascade reaches it, or by a
-// sweep that starts when zombies outnumber the pending entries and visits
-// 1024 nodes of the slab per Remove or Advance. Zombies in the heap
+// runtime timer, and is freed when Advance, Next or a cascade reaches it, or
+// by a sweep that starts when zombies outnumber the pending entries and
+// visits 1024 nodes of the slab per Remove or Advance. Zombies in the heap
 // are freed when they reach its top, or all at once when they pass a quarter
 // of it.
 //
