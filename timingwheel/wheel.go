@@ -65,7 +65,7 @@ type Wheel[V any] struct {
 	sweepFloor  int
 	sweepChunk  int   // nodes one sweep step visits; tests lower it
 	sweepAt     int32 // next node of a sweep in progress, -1 if none
-	pendMax     int   // pendMax; tests lower it
+	pendMax     int   // most entries Add queues, normally pendMax; tests lower it
 
 	now        int64 // highest time passed to Advance, ns since start
 	cur        int64 // tick of the slot Advance resumes at
@@ -257,8 +257,8 @@ func (w *Wheel[V]) RemoveHandle(h Handle) bool {
 // drop ends the pending life of node i, already out of the index, in O(1)
 // and without touching any other node: like a stopped runtime timer, the
 // node stays where it is as a zombie (its generation bumped, so handles go
-// stale and it never fires) and is freed when Advance, a cascade or the heap
-// reaches it. Unlinking it at once would write both of its list neighbours,
+// stale and it never fires) and is freed when Advance, Next, a cascade or the
+// heap reaches it. Unlinking it at once would write both of its list neighbours,
 // two more cache misses than the lookup itself at a million entries.
 //
 // Zombies in the heap are also freed all at once when they pass a quarter of
