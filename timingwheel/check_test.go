@@ -57,9 +57,6 @@ func (w *Wheel[V]) check() error {
 				continue
 			}
 			t := w.tickOf(n.due)
-			if n.hash != w.index.hash(w.slab.idView(i, n)) {
-				return fmt.Errorf("node %d: hash %x of %q", i, n.hash, w.slab.idView(i, n))
-			}
 			if list < w.l0 {
 				if n.due <= w.now || t < w.cur || t-w.cur > w.mask0 || int(t&w.mask0) != list {
 					return fmt.Errorf("node %d due %d (tick %d) in slot %d, cur %d, now %d", i, n.due, t, list, w.cur, w.now)
@@ -103,11 +100,12 @@ func (w *Wheel[V]) check() error {
 		return fmt.Errorf("%d linked nodes, index holds %d and %d are queued", seen, w.index.count, len(w.pend))
 	}
 	queued := map[int32]bool{}
-	for _, i := range w.pend {
-		if n := w.slab.at(i); n.gen&1 == 0 || n.pos != unindexed || queued[i] {
-			return fmt.Errorf("queued node %d: gen %d pos %d, twice %v", i, n.gen, n.pos, queued[i])
+	for _, e := range w.pend {
+		n := w.slab.at(e.i)
+		if n.gen&1 == 0 || n.pos != unindexed || queued[e.i] || e.h != w.index.hash(w.slab.idView(e.i, n)) {
+			return fmt.Errorf("queued node %d: gen %d pos %d, twice %v, hash %x", e.i, n.gen, n.pos, queued[e.i], e.h)
 		}
-		queued[i] = true
+		queued[e.i] = true
 	}
 	long := 0
 	for i := int32(0); i < w.slab.used; i++ {
@@ -137,13 +135,14 @@ func (w *Wheel[V]) check() error {
 		i := w.index.nodes[pos]
 		n := w.slab.at(i)
 		id := w.slab.idView(i, n)
-		if n.gen&1 == 0 || tag != tagOf(n.hash) || n.hash != w.index.hash(id) || int(n.pos) != pos {
+		h := w.index.hash(id)
+		if n.gen&1 == 0 || tag != tagOf(h) || int(n.pos) != pos {
 			return fmt.Errorf("index position %d: node %d gen %d pos %d id %q", pos, i, n.gen, n.pos, id)
 		}
-		if p, j, ok := find(&w.index, &w.slab, id, n.hash); !ok || j != i || int(p) != pos {
+		if p, j, ok := find(&w.index, &w.slab, id, h); !ok || j != i || int(p) != pos {
 			return fmt.Errorf("id %q not found at its position %d", id, pos)
 		}
-		if p, j, ok := findNew(&w.index, &w.slab, id, n.hash); !ok || j != i || int(p) != pos {
+		if p, j, ok := findNew(&w.index, &w.slab, id, h); !ok || j != i || int(p) != pos {
 			return fmt.Errorf("findNew: id %q not found at its position %d", id, pos)
 		}
 	}

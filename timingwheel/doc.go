@@ -47,11 +47,12 @@
 // are freed when they reach its top, or all at once when they pass a quarter
 // of it.
 //
-// Memory: one node per pending entry in a chunked slab (80 bytes for a value
-// of up to 8 bytes, the id included) and an id index of 5 bytes per position,
-// 10 to 20 bytes per entry: a one-byte tag array that probes scan eight tags
-// at a time, and the node index of each position. A node remembers its index
-// position, so RemoveHandle and firing never hash or look up the id. A Go
+// Memory: one node per pending entry in a chunked slab (72 bytes for a value
+// of up to 4 bytes, 80 for 8, the id included) and an id index of 5 bytes per
+// position, 10 to 20 bytes per entry: a one-byte tag array, which lookups
+// probe one tag at a time and the indexing of queued entries eight at a time,
+// and the node index of each position. A node remembers its index position,
+// so RemoveHandle and firing never hash or look up the id. A Go
 // map[string]int32 index alone costs about 56 bytes per entry at one million
 // entries, which is why the index is a small purpose-built table. With a value
 // without pointers the slab holds no pointers, so the garbage collector never

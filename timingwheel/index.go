@@ -72,10 +72,8 @@ func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32
 				free = int64(pos)
 			}
 		case tag:
-			// The node's full hash first: a tag match with another id then
-			// costs no comparison of ids.
 			i = x.nodes[pos]
-			if n := s.at(i); n.hash == h && s.hasID(i, n, id) {
+			if s.hasID(i, s.at(i), id) {
 				return pos, i, true
 			}
 		}
@@ -108,7 +106,7 @@ func findNew[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i in
 		for m := zeroBytes(g^(lowBytes*uint64(tag))) & path; m != 0; m &= m - 1 {
 			k := uint32(bits.TrailingZeros64(m) / 8)
 			i = x.nodes[pos+k]
-			if n := s.at(i); n.hash == h && s.hasID(i, n, id) {
+			if s.hasID(i, s.at(i), id) {
 				return pos + k, i, true
 			}
 		}
@@ -181,11 +179,12 @@ func rebuild[V any](x *index, s *slab[V]) {
 		if nd.gen&1 == 0 || nd.pos == unindexed {
 			continue
 		}
-		pos := nd.hash & x.mask
+		h := x.hash(s.idView(i, nd))
+		pos := h & x.mask
 		for x.tags[pos] != tagEmpty {
 			pos = (pos + 1) & x.mask
 		}
-		x.insertAt(pos, i, nd.hash)
+		x.insertAt(pos, i, h)
 		nd.pos = pos
 	}
 }

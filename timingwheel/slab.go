@@ -13,22 +13,23 @@ const (
 )
 
 // node is one scheduled entry. v comes first so that a zero-size V adds no
-// trailing padding. With V of up to 8 bytes a node is 80 bytes.
+// trailing padding. With V of up to 4 bytes a node is 72 bytes, with 8 bytes 80.
 //
 // The node keeps its own copy of the id's bytes when they fit (idInline
 // bytes, enough for a UUID), so that comparing an id costs no read beyond the
 // node: a lookup is one read of the index and one of the node. Longer ids are
 // kept in slab.long. The slab then holds no pointers (for a V without
-// pointers), so the garbage collector never scans it.
+// pointers), so the garbage collector never scans it. The id's hash is not
+// kept: a lookup compares the id itself (in the node), and only a rebuild of
+// the index hashes ids again.
 type node[V any] struct {
 	v     V
-	due   int64  // nanoseconds since start
-	hash  uint32 // the id's index hash, so removal and firing never rehash the id
 	next  int32  // list successor or listEnd, inHeap, zombie, or free-list link
 	prev  int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
 	gen   uint32 // odd while pending, even while free; bumped on alloc and free
 	seq   uint32 // insertion order, assigned on Add and Reschedule
 	pos   uint32 // position in the id index
+	due   int64  // nanoseconds since start
 	idLen uint8  // length of the id in id, or idLong
 	id    [idInline]byte
 }

@@ -76,7 +76,7 @@ type Wheel[V any] struct {
 	batch     []fireEntry
 	arena     *arenaBlock // backs the id strings Advance hands to fire
 	arenaOff  int         // bytes of arena in use
-	pend      []int32     // added entries not yet indexed; see Add
+	pend      []pendEntry // added entries not yet indexed; see Add
 	touched   int32       // keeps flush's first pass from being optimised away
 }
 
@@ -170,6 +170,12 @@ func (w *Wheel[V]) AddHandle(id string, due time.Time, v V) Handle {
 	return Handle{idx: i, gen: w.slab.at(i).gen}
 }
 
+// pendEntry is a queued entry: its node and its id's hash.
+type pendEntry struct {
+	i int32
+	h uint32
+}
+
 // unindexed is node.pos of an entry queued in pend.
 const unindexed = ^uint32(0)
 
@@ -181,11 +187,10 @@ func (w *Wheel[V]) add(id string, due int64, v V) int32 {
 	n := w.slab.at(i)
 	n.v = v
 	w.slab.setID(i, n, id)
-	n.hash = w.index.hash(id)
 	n.due = due
 	n.pos = unindexed
 	w.place(i)
-	w.pend = append(w.pend, i)
+	w.pend = append(w.pend, pendEntry{i, w.index.hash(id)})
 	if len(w.pend) >= w.pendMax || w.advancing {
 		// Inside fire, an entry this Add replaces must not fire after it.
 		w.flush()
@@ -203,21 +208,21 @@ func (w *Wheel[V]) flush() {
 	// Touch each entry's home position first. The loads do not depend on
 	// each other, so the CPU has many of their cache misses in flight at once.
 	var t int32
-	for _, i := range w.pend {
-		pos := w.slab.at(i).hash & x.mask
+	for _, e := range w.pend {
+		pos := e.h & x.mask
 		t += int32(x.tags[pos]) + x.nodes[pos]
 	}
 	w.touched = t
-	for _, i := range w.pend {
-		n := w.slab.at(i)
-		pos, j, ok := findNew(x, &w.slab, w.slab.idView(i, n), n.hash)
+	for _, e := range w.pend {
+		n := w.slab.at(e.i)
+		pos, j, ok := findNew(x, &w.slab, w.slab.idView(e.i, n), e.h)
 		if ok {
-			x.nodes[pos] = i
+			x.nodes[pos] = e.i
 			n.pos = pos
 			w.drop(j)
 			continue
 		}
-		x.insertAt(pos, i, n.hash)
+		x.insertAt(pos, e.i, e.h)
 		n.pos = pos
 		if x.full() {
 			rebuild(x, &w.slab) // leaves the rest of pend unindexed
