@@ -78,7 +78,9 @@ func (w *Wheel[V]) pushList(list int, i int32) {
 		h := w.slab.at(head)
 		h.prev = i
 		n.next = head
-		if n.due < h.due || n.due == h.due && int32(n.seq-h.seq) < 0 {
+		// Checking the flag first keeps a list of random due times from
+		// paying an unpredictable comparison on every push.
+		if !w.unsorted[list] && (n.due < h.due || n.due == h.due && int32(n.seq-h.seq) < 0) {
 			w.unsorted[list] = true
 		}
 	} else {
