@@ -19,25 +19,7 @@ func (w *Wheel[V]) Next() (time.Time, bool) {
 	// Level-0 slots are in tick order from cur; level-1 slots in block order
 	// after cur's block; the heap top is its earliest. The three ranges
 	// overlap, so Next takes the least.
-	// A list of zombies only is passed over.
-	earliest := int64(math.MaxInt64)
-	for t := w.cur; t-w.cur <= w.mask0 && earliest == math.MaxInt64; t++ {
-		d := w.nextOccupied(0, int(t&w.mask0))
-		if d < 0 || t+int64(d)-w.cur > w.mask0 {
-			break
-		}
-		t += int64(d)
-		earliest = w.listMin(int(t&w.mask0), t*w.tick)
-	}
-	for b, found := w.cur>>w.shift+1, false; !found && b-w.cur>>w.shift <= w.mask; b++ {
-		d := w.nextOccupied(1, int(b&w.mask))
-		if d < 0 || b+int64(d)-w.cur>>w.shift > w.mask {
-			break
-		}
-		b += int64(d)
-		m := w.listMin(w.level1(b), (b<<w.shift)*w.tick)
-		earliest, found = min(earliest, m), m != math.MaxInt64
-	}
+	earliest := min(w.levelMin(0, w.cur, w.mask0+1), w.levelMin(1, w.cur>>w.shift+1, w.mask))
 	if len(w.heap) > 0 {
 		earliest = min(earliest, w.slab.at(w.heap[0]).due)
 	}
@@ -45,6 +27,31 @@ func (w *Wheel[V]) Next() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return w.abs(earliest), true
+}
+
+// levelMin returns listMin of the first slot of a level, among span slots
+// from first (a tick for level 0, a block for level 1), that holds a pending
+// entry; a slot of zombies only is passed over. MaxInt64 if there is none.
+func (w *Wheel[V]) levelMin(level int, first, span int64) int64 {
+	size := w.mask0
+	if level == 1 {
+		size = w.mask
+	}
+	for s := first; s-first < span; s++ {
+		d := w.nextOccupied(level, int(s&size))
+		if d < 0 || s+int64(d)-first >= span {
+			break
+		}
+		s += int64(d)
+		list, from := int(s&w.mask0), s*w.tick
+		if level == 1 {
+			list, from = w.level1(s), (s<<w.shift)*w.tick
+		}
+		if m := w.listMin(list, from); m != math.MaxInt64 {
+			return m
+		}
+	}
+	return math.MaxInt64
 }
 
 // listMin returns the earliest due time in a slot list whose entries are all

@@ -93,7 +93,7 @@ func (w *Wheel[V]) check() error {
 	if zombies != w.zombies {
 		return fmt.Errorf("%d zombies in the heap, counted %d", zombies, w.zombies)
 	}
-	if listZombies != w.listZombies || listZombies > max(w.index.count, w.sweepFloor) && !w.advancing && w.sweepAt < 0 {
+	if listZombies != w.listZombies || w.zombiesOver() && !w.advancing && w.sweepAt < 0 {
 		return fmt.Errorf("%d zombies in lists, counted %d, %d pending", listZombies, w.listZombies, w.index.count)
 	}
 	if seen != w.index.count+len(w.pend) {

@@ -302,26 +302,20 @@ func (w *Wheel[V]) freeZombie(i int32) {
 	w.listZombies--
 }
 
-// maybeSweep starts a sweep once the list zombies outnumber the pending
-// entries and sweepFloor, and advances a sweep in progress by one step. Never
-// from inside Advance, whose list walks hold node indexes.
+// maybeSweep takes one step of the sweep of list zombies, starting one when
+// they outnumber the pending entries and sweepFloor. A step visits the next
+// sweepChunk nodes of the slab, in index order, and frees the list zombies
+// among them: a bounded time (sequential reads, an unlink per zombie). A pass
+// frees every zombie that existed when it started; if zombies made behind it
+// still pass the threshold, the next pass starts. Never from inside Advance,
+// whose list walks hold node indexes.
 func (w *Wheel[V]) maybeSweep() {
-	if w.sweepAt < 0 && w.listZombies > max(w.index.count, w.sweepFloor) {
+	if w.sweepAt < 0 {
+		if !w.zombiesOver() {
+			return
+		}
 		w.sweepAt = 0
 	}
-	if w.sweepAt >= 0 {
-		w.sweepStep()
-		if w.sweepAt < 0 && w.listZombies > max(w.index.count, w.sweepFloor) {
-			w.sweepAt = 0 // zombies made behind the pass: go round again
-		}
-	}
-}
-
-// sweepStep visits the next sweepChunk nodes of the slab, in index order, and
-// frees the zombies in lists among them; the step after the last node ends the
-// sweep. A step costs a bounded time (sequential reads, an unlink per zombie),
-// and a sweep frees every zombie that existed when it started.
-func (w *Wheel[V]) sweepStep() {
 	end := min(w.sweepAt+int32(w.sweepChunk), w.slab.used)
 	for i := w.sweepAt; i < end; i++ {
 		// A list zombie: retired, and neither free (prev nilIdx) nor in the heap.
@@ -332,7 +326,16 @@ func (w *Wheel[V]) sweepStep() {
 	w.sweepAt = end
 	if end >= w.slab.used {
 		w.sweepAt = -1
+		if w.zombiesOver() {
+			w.sweepAt = 0
+		}
 	}
+}
+
+// zombiesOver reports whether list zombies outnumber the pending entries and
+// sweepFloor.
+func (w *Wheel[V]) zombiesOver() bool {
+	return w.listZombies > max(w.index.count, w.sweepFloor)
 }
 
 // Reschedule moves a pending id to a new due time keeping its value; false if
