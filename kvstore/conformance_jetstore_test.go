@@ -134,6 +134,18 @@ func TestJetStoreOpen(t *testing.T) {
 		}
 	})
 
+	t.Run("APIPrefixWithoutDot", func(t *testing.T) {
+		// nats.go adds the missing dot to a custom API prefix; the store's own requests (Get's
+		// stream message get) must too.
+		pjs, err := jetstream.NewWithAPIPrefix(natstest.Connect(t, srv.ClientURL()), "$JS.API")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := openJetStore(t, pjs, kvstore.Config{Bucket: newBucketName()})
+		mustCreate(t, s, newTask("prefixed"))
+		mustGet(t, s, "prefixed")
+	})
+
 	t.Run("PurgeDeletes", func(t *testing.T) {
 		s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName()})
 		e := mustCreate(t, s, newTask("purged"))

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,7 @@ type JetStore struct {
 	kv     jetstream.KeyValue
 	cfg    Config
 	prefix string // subject prefix of the bucket's keys: "$KV.<bucket>."
+	msgGet string // stream message get API subject of the bucket's stream (leaderLast)
 
 	// Async completion (jetstore_async.go). mu guards the fields below it.
 	mu      sync.Mutex
@@ -107,7 +109,7 @@ func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*Jet
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bucket %s status: %w", cfg.Bucket, err)
 	}
-	meta := st.(*jetstream.KeyValueBucketStatus).Metadata()
+	meta := st.Metadata()
 	n, err := strconv.Atoi(meta[MetaPartitions])
 	if err != nil {
 		return nil, fmt.Errorf("%w: bucket %s has no valid %q metadata (%q); it was not created by ax bridge",
@@ -117,7 +119,21 @@ func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*Jet
 		return nil, fmt.Errorf("%w: bucket %s was created with %d partitions, configured %d",
 			ErrPartitions, cfg.Bucket, n, cfg.Partitions)
 	}
-	return &JetStore{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + "."}, nil
+	return &JetStore{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".",
+		msgGet: apiPrefix(js.Options()) + "STREAM.MSG.GET.KV_" + cfg.Bucket}, nil
+}
+
+// apiPrefix is the JetStream API prefix js sends its requests under, derived as nats.go does
+// (which keeps it private): "$JS.<domain>.API." with a domain, else APIPrefix ending in a dot,
+// else "$JS.API.".
+func apiPrefix(o jetstream.JetStreamOptions) string {
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "" && !strings.HasSuffix(o.APIPrefix, "."):
+		return o.APIPrefix + "."
+	}
+	return cmp.Or(o.APIPrefix, jetstream.DefaultAPIPrefix)
 }
 
 // bucketConfig is the bucket a new JetStore creates; doc.go explains each setting.
@@ -244,8 +260,7 @@ func (s *JetStore) leaderLast(ctx context.Context, filter string) (leaderMsg, er
 	if err != nil {
 		return leaderMsg{}, err
 	}
-	pfx := cmp.Or(s.js.Options().APIPrefix, jetstream.DefaultAPIPrefix)
-	msg, err := s.js.Conn().RequestWithContext(ctx, pfx+"STREAM.MSG.GET.KV_"+s.cfg.Bucket, req)
+	msg, err := s.js.Conn().RequestWithContext(ctx, s.msgGet, req)
 	if err != nil {
 		return leaderMsg{}, err
 	}
