@@ -287,10 +287,15 @@ func (s *JetStore) leaderLast(ctx context.Context, filter string) (leaderMsg, er
 		if err != nil {
 			return leaderMsg{}, fmt.Errorf("message get: headers: %w", err)
 		}
-		// As nats.go's kv.Get: an operation header, or a marker the server wrote.
-		m.deleted = h.Get(hdrKVOperation) != "" || h.Get(jetstream.MarkerReasonHeader) != ""
+		m.deleted = isMarker(h)
 	}
 	return m, nil
+}
+
+// isMarker reports whether a message with headers h is a delete or purge marker. As nats.go's
+// kv.Get: an operation header, or a marker the server wrote.
+func isMarker(h nats.Header) bool {
+	return h.Get(hdrKVOperation) != "" || h.Get(jetstream.MarkerReasonHeader) != ""
 }
 
 // Update replaces the record of t.ID if its revision is still rev.

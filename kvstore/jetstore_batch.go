@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
@@ -22,14 +21,13 @@ func (s *JetStore) GetMany(ctx context.Context, ids []string) ([]Entry, error) {
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	out := make([]Entry, 0, len(ids))
-	prefix := "$KV." + s.cfg.Bucket + "."
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), maxGetMany)]
 		ids = ids[len(chunk):]
 		subjects := make([]string, 0, len(chunk))
 		for _, id := range chunk {
 			if ValidateID(id) == nil {
-				subjects = append(subjects, prefix+Key(id, s.cfg.Partitions))
+				subjects = append(subjects, s.prefix+Key(id, s.cfg.Partitions))
 			}
 		}
 		if len(subjects) == 0 {
@@ -46,10 +44,10 @@ func (s *JetStore) GetMany(ctx context.Context, ids []string) ([]Entry, error) {
 			if err != nil {
 				return out, fmt.Errorf("get %d tasks: %w", len(subjects), err)
 			}
-			if m.Header.Get(hdrKVOperation) != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+			if isMarker(m.Header) {
 				continue
 			}
-			id, ok := IDFromKey(strings.TrimPrefix(m.Subject, prefix))
+			id, ok := IDFromKey(strings.TrimPrefix(m.Subject, s.prefix))
 			if !ok {
 				continue
 			}
