@@ -29,7 +29,7 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	// follower that has not yet applied the latest writes, so the watch also waits until it has
 	// seen the revision the stream leader reports as last for its filters.
 	var target uint64
-	for _, f := range filtersOrAll(filters) {
+	for _, f := range filters {
 		last, err := s.lastRevision(ctx, f)
 		if err != nil {
 			return nil, fmt.Errorf("kvstore: watch %s: %w", s.cfg.Bucket, err)
@@ -202,14 +202,6 @@ func (w *watcher) pump(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// filtersOrAll is the key filters of a watch: all keys if there are none.
-func filtersOrAll(filters []string) []string {
-	if len(filters) == 0 {
-		return []string{">"}
-	}
-	return filters
 }
 
 // lastRevision is the revision of the last message under the key filter (0 if there is none),
