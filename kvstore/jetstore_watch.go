@@ -91,11 +91,17 @@ func jetEvent(e jetstream.KeyValueEntry) Event {
 		return Event{Kind: EventError, ID: e.Key(), Revision: rev,
 			Err: fmt.Errorf("%w: key %q is not p<partition>.<task id>", ErrCorrupt, e.Key())}
 	}
-	switch e.Operation() {
-	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+	op := e.Operation()
+	return recordEvent(id, rev, op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge, e.Value())
+}
+
+// recordEvent is the Event of both stores for the message of task id at rev: a delete marker, or
+// a value that decodes or not.
+func recordEvent(id string, rev uint64, deleted bool, val []byte) Event {
+	if deleted {
 		return Event{Kind: EventDelete, ID: id, Revision: rev}
 	}
-	ent, err := decodeEntry(id, rev, e.Value())
+	ent, err := decodeEntry(id, rev, val)
 	if err != nil {
 		return Event{Kind: EventError, ID: id, Revision: rev, Err: err}
 	}

@@ -201,14 +201,7 @@ func (mw *memWatch) sees(key string, n int) bool {
 
 func memEvent(key string, r memRec) Event {
 	id, _ := IDFromKey(key)
-	if r.deleted {
-		return Event{Kind: EventDelete, ID: id, Revision: r.rev}
-	}
-	e, err := decodeEntry(id, r.rev, r.val)
-	if err != nil {
-		return Event{Kind: EventError, ID: id, Revision: r.rev, Err: err}
-	}
-	return Event{Kind: EventPut, ID: id, Revision: r.rev, Entry: e}
+	return recordEvent(id, r.rev, r.deleted, r.val)
 }
 
 func (m *MemStore) encode(ctx context.Context, t *Task) (key string, val []byte, err error) {
