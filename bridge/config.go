@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/axbridge/axbridge/kvstore"
 )
 
 // Config configures a Bridge. Zero values take the documented defaults.
@@ -70,10 +72,10 @@ func (c Config) withDefaults() Config {
 		c.ReplicaID = "r" + hex.EncodeToString(b[:])
 	}
 	if c.Backoff == nil {
-		c.Backoff = []time.Duration{10 * time.Second, 30 * time.Second, 60 * time.Second}
+		c.Backoff = kvstore.DefaultBackoff()
 	}
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, 4)
-	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, kvstore.DefaultMaxRetry+1)
+	c.AckWait = cmp.Or(c.AckWait, kvstore.DefaultAckWait)
 	c.PastTolerance = cmp.Or(c.PastTolerance, time.Hour)
 	c.MaxHorizon = cmp.Or(c.MaxHorizon, 400*24*time.Hour)
 	c.MaxPayload = cmp.Or(c.MaxPayload, 960<<10)
