@@ -18,25 +18,21 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	biz := []string{"biz_type"}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: name, Help: help}, labels)
+	}
 	m := &metrics{
-		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "tasks_scheduled_total",
-			Help: "Schedule messages stored as new tasks."}, biz),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "schedule_rejected_total",
-			Help: "Schedule messages refused, by error code."}, []string{"biz_type", "code"}),
-		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "schedule_duplicates_total",
-			Help: "Schedule messages that repeated an existing task."}, biz),
-		fired: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "tasks_fired_total",
-			Help: "Attempts published to ax.fire.<bizType>."}, biz),
+		scheduled:  counter("tasks_scheduled_total", "Schedule messages stored as new tasks.", "biz_type"),
+		rejected:   counter("schedule_rejected_total", "Schedule messages refused, by error code.", "biz_type", "code"),
+		duplicates: counter("schedule_duplicates_total", "Schedule messages that repeated an existing task.", "biz_type"),
+		fired:      counter("tasks_fired_total", "Attempts published to ax.fire.<bizType>.", "biz_type"),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ax", Name: "fire_lateness_seconds",
 			Help:    "Time from a task's due time to its fire message being published.",
-			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 60}}, biz),
-		acks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "acks_total",
-			Help: "Consumer replies applied, by outcome (ack, nak, term, in_progress, no_responders, stale)."}, []string{"biz_type", "outcome"}),
-		leaseExpired: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "lease_expired_total",
-			Help: "Attempts that got no reply within their ack wait."}, biz),
-		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "tasks_dead_total",
-			Help: "Tasks that went DEAD."}, biz),
+			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 60}}, []string{"biz_type"}),
+		acks: counter("acks_total",
+			"Consumer replies applied, by outcome (ack, nak, term, in_progress, no_responders, stale).", "biz_type", "outcome"),
+		leaseExpired: counter("lease_expired_total", "Attempts that got no reply within their ack wait.", "biz_type"),
+		dead:         counter("tasks_dead_total", "Tasks that went DEAD.", "biz_type"),
 		corrupt: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "records_unreadable_total",
 			Help: "Task records that could not be decoded."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: "tasks_indexed",
