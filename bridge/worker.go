@@ -159,17 +159,16 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 }
 
 // commit writes a transition computed from e; a lost race is fine (the watch brings the winner).
-func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvstore.Task) bool {
+func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvstore.Task) {
 	if _, err := b.store.Update(ctx, next, e.Revision); err != nil {
 		if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
 			b.retryLater(job{kind: j.kind, id: j.id, rev: e.Revision}, "update", err)
 		}
-		return false
+		return
 	}
 	if next.Status == kvstore.StatusDead {
 		b.dead(next)
 	}
-	return true
 }
 
 // retire deletes a finished record once its retention has passed.
