@@ -193,12 +193,8 @@ func (l *loopState) due(id string, at time.Time, s slot) {
 		}
 	case jobPreRead:
 		// Index the fire itself now; the read result, if it comes in time, only adds the payload.
-		if e, ok := l.near[id]; ok && e.Revision == s.rev() {
-			j.kind = jobFire
-			j.entry = e
-			delete(l.near, id)
-			break
-		}
+		// (near never holds a record whose slot is a pre-read: only apply sets that kind, and it
+		// clears near first; result fills near only under a fire slot.)
 		l.wheel.Add(id, at.Add(l.b.cfg.PreRead), newSlot(s.rev(), jobFire))
 		l.reads = append(l.reads, id)
 		return
