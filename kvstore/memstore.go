@@ -32,7 +32,7 @@ type memRec struct {
 
 type memWatch struct {
 	w          *watcher
-	partitions []bool // nil: all
+	partitions []bool // by partition: watched or not
 }
 
 // NewMemStore returns an empty store with the given partition count (DefaultPartitions if < 1).
@@ -150,7 +150,7 @@ func (m *MemStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	}
 	var initial []kr
 	for k, r := range m.recs {
-		if !r.deleted && mw.sees(k, m.n) {
+		if p, ok := keyPartition(k, m.n); ok && !r.deleted && mw.partitions[p] {
 			initial = append(initial, kr{k, r})
 		}
 	}
@@ -181,9 +181,13 @@ func (m *MemStore) write(key string, val []byte, deleted bool) uint64 {
 	m.seq++
 	r := memRec{rev: m.seq, deleted: deleted, val: val}
 	m.recs[key] = r
+	p, ok := keyPartition(key, m.n)
+	if !ok {
+		return r.rev
+	}
 	var ev *Event
 	for mw := range m.watchers {
-		if mw.sees(key, m.n) {
+		if mw.partitions[p] {
 			if ev == nil {
 				e := memEvent(key, r)
 				ev = &e
@@ -194,9 +198,13 @@ func (m *MemStore) write(key string, val []byte, deleted bool) uint64 {
 	return r.rev
 }
 
-func (mw *memWatch) sees(key string, n int) bool {
+// keyPartition is the partition of the task stored under key; false if key names no task.
+func keyPartition(key string, n int) (int, bool) {
 	id, ok := IDFromKey(key)
-	return ok && mw.partitions[Partition(id, n)]
+	if !ok {
+		return 0, false
+	}
+	return Partition(id, n), true
 }
 
 func memEvent(key string, r memRec) Event {
