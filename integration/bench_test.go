@@ -121,19 +121,10 @@ func (l *lateness) report(b *testing.B) {
 
 // waitIntakeDrained waits until the intake stream is empty: every schedule message is stored as
 // a task (the bridge acks a message only once its record is durable).
-func waitIntakeDrained(b *testing.B, nc *nats.Conn) {
-	b.Helper()
-	js, _ := jetstream.New(nc)
-	ok := checkFor(5*time.Minute, func() bool {
-		s, err := js.Stream(context.Background(), "AX_SCHEDULE")
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(context.Background())
-		return err == nil && info.State.Msgs == 0
-	})
-	if !ok {
-		b.Fatal("intake stream not drained within 5m")
+func (e *env) waitIntakeDrained() {
+	e.t.Helper()
+	if !checkFor(5*time.Minute, func() bool { return e.streamEmpty("AX_SCHEDULE") }) {
+		e.t.Fatal("intake stream not drained within 5m")
 	}
 }
 
@@ -180,7 +171,7 @@ func BenchmarkIntake(b *testing.B) {
 			h.Set(bridge.HeaderTaskID, "in-"+strconv.Itoa(i))
 			h.Set(bridge.HeaderDelay, "1h")
 		})
-		waitIntakeDrained(b, e.nc)
+		e.waitIntakeDrained()
 		b.ReportMetric(float64(benchTasks)/time.Since(start).Seconds(), "tasks/s")
 	}
 }
@@ -209,7 +200,7 @@ func BenchmarkFireAck(b *testing.B) {
 			h.Set(bridge.HeaderTaskID, "burst-"+strconv.Itoa(i))
 			h.Set(bridge.HeaderDeliverAt, dueStr)
 		})
-		waitIntakeDrained(b, e.nc)
+		e.waitIntakeDrained()
 		if time.Now().After(due) {
 			b.Fatal("intake took longer than the lead time; raise it")
 		}
@@ -242,7 +233,7 @@ func BenchmarkLateness(b *testing.B) {
 			h.Set(bridge.HeaderTaskID, "far-"+strconv.Itoa(i))
 			h.Set(bridge.HeaderDelay, strconv.Itoa(3600_000+i))
 		})
-		waitIntakeDrained(b, e.nc)
+		e.waitIntakeDrained()
 
 		var late lateness
 		sub, err := e.nc.Subscribe("ax.fire.soon", func(m *nats.Msg) {

@@ -1,11 +1,8 @@
 package integration
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/internal/natstest"
@@ -17,16 +14,7 @@ import (
 func TestClusterR3TwoBridges(t *testing.T) {
 	t.Parallel()
 	c := natstest.RunCluster(t, 3)
-	nc := natstest.Connect(t, c.ClientURLs())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := kvstore.OpenJetStore(context.Background(), js, kvstore.Config{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, nc: nc, store: store}
+	e := newEnvOn(t, c.ClientURLs(), kvstore.Config{Replicas: 3})
 	for i, id := range []string{"east", "west"} {
 		e.startBridgeOn(c.Servers[i].ClientURL(), kvstore.Config{Replicas: 3}, bridge.Config{ReplicaID: id, StreamReplicas: 3})
 	}

@@ -37,23 +37,39 @@ func (c cleanupAfter) Run() int {
 type env struct {
 	t     testing.TB
 	srv   *natstest.Server
-	nc    *nats.Conn // the user's side: publishes schedules, consumes fires
+	nc    *nats.Conn          // the user's side: publishes schedules, consumes fires
+	js    jetstream.JetStream // on nc
 	store *kvstore.JetStore
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	srv := natstest.RunServer(t)
-	nc := natstest.Connect(t, srv.ClientURL())
+	e := newEnvOn(t, srv.ClientURL(), kvstore.Config{})
+	e.srv = srv
+	return e
+}
+
+// newEnvOn is an env on the server(s) at url, with that bucket configuration, and no srv.
+func newEnvOn(t testing.TB, url string, storeCfg kvstore.Config) *env {
+	t.Helper()
+	nc, js, store := openStore(t, url, storeCfg)
+	return &env{t: t, nc: nc, js: js, store: store}
+}
+
+// openStore connects to url (closed when the test ends) and opens the task bucket on it.
+func openStore(t testing.TB, url string, cfg kvstore.Config) (*nats.Conn, jetstream.JetStream, *kvstore.JetStore) {
+	t.Helper()
+	nc := natstest.Connect(t, url)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := kvstore.OpenJetStore(context.Background(), js, kvstore.Config{})
+	store, err := kvstore.OpenJetStore(context.Background(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, srv: srv, nc: nc, store: store}
+	return nc, js, store
 }
 
 // testLogger writes the bridge's logs through t.Log.
@@ -77,15 +93,7 @@ func (e *env) startBridge(cfg bridge.Config) *bridge.Bridge {
 // startBridgeOn is startBridge on the server(s) at url, with that bucket configuration.
 func (e *env) startBridgeOn(url string, storeCfg kvstore.Config, cfg bridge.Config) *bridge.Bridge {
 	e.t.Helper()
-	nc := natstest.Connect(e.t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	store, err := kvstore.OpenJetStore(context.Background(), js, storeCfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	nc, _, store := openStore(e.t, url, storeCfg)
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(e.t)
 	}
@@ -119,10 +127,9 @@ func (e *env) schedule(biz string, payload string, kv ...string) {
 	for i := 0; i+1 < len(kv); i += 2 {
 		m.Header.Add(kv[i], kv[i+1])
 	}
-	js, _ := jetstream.New(e.nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := js.PublishMsg(ctx, m); err != nil {
+	if _, err := e.js.PublishMsg(ctx, m); err != nil {
 		e.t.Fatalf("schedule: %v", err)
 	}
 }
@@ -212,6 +219,16 @@ func checkFor(within time.Duration, cond func() bool) bool {
 		case <-tick.C:
 		}
 	}
+}
+
+// streamEmpty reports whether the stream exists and holds no messages.
+func (e *env) streamEmpty(name string) bool {
+	s, err := e.js.Stream(context.Background(), name)
+	if err != nil {
+		return false
+	}
+	info, err := s.Info(context.Background())
+	return err == nil && info.State.Msgs == 0
 }
 
 func (e *env) mustNotExist(id string) {

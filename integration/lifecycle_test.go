@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/kvstore"
@@ -228,15 +227,7 @@ func TestRetentionDeletesAndPurges(t *testing.T) {
 	if gone := time.Since(time.UnixMilli(done.Task.FinishedAt)); gone < time.Second {
 		t.Errorf("deleted %v after finishing, before the 1s retention", gone)
 	}
-	js, _ := jetstream.New(e.nc)
-	if !checkFor(15*time.Second, func() bool {
-		s, err := js.Stream(context.Background(), "KV_"+kvstore.DefaultBucket)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(context.Background())
-		return err == nil && info.State.Msgs == 0
-	}) {
+	if !checkFor(15*time.Second, func() bool { return e.streamEmpty("KV_" + kvstore.DefaultBucket) }) {
 		t.Fatal("delete marker not purged")
 	}
 }
