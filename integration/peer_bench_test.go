@@ -48,13 +48,13 @@ type nativeEnv struct {
 	s  jetstream.Stream
 }
 
-func newNativeEnv(b *testing.B) *nativeEnv {
-	b.Helper()
-	srv := natstest.RunServer(b)
-	nc := natstest.Connect(b, srv.ClientURL())
+func newNativeEnv(t testing.TB) *nativeEnv {
+	t.Helper()
+	srv := natstest.RunServer(t)
+	nc := natstest.Connect(t, srv.ClientURL())
 	js, err := jetstream.New(nc)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -66,7 +66,7 @@ func newNativeEnv(b *testing.B) *nativeEnv {
 		AllowRollup:       true,
 	})
 	if err != nil {
-		b.Fatalf("create stream: %v", err)
+		t.Fatalf("create stream: %v", err)
 	}
 	return &nativeEnv{nc: nc, js: js, s: s}
 }
@@ -208,20 +208,10 @@ func BenchmarkBurstNative(b *testing.B) {
 // schedule on the same subject replaces the first (the server rolls the subject up), so only the
 // second fires.
 func TestNatsScheduleOnePerSubject(t *testing.T) {
-	srv := natstest.RunServer(t)
-	nc := natstest.Connect(t, srv.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newNativeEnv(t)
+	js, s := e.js, e.s
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: peerStream, Subjects: []string{peerSchedPf + ">", peerFirePf + ">"}, AllowMsgSchedules: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	due := time.Now().Add(time.Second)
 	for i, body := range []string{"first", "second"} {
 		m := nats.NewMsg(peerSchedPf + "one.x")
