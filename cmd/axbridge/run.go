@@ -49,6 +49,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil { // before anything starts
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registerer = reg
+	if o.metricsAddr != "" { // bound before anything starts, so a taken address stops nothing
+		srv, err := serveMetrics(o.metricsAddr, reg, log)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
 
 	var ns *server.Server
 	if o.natsURL == "" {
@@ -75,23 +85,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer store.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Registerer = reg
 	b, err := bridge.New(nc, store, cfg)
 	if err != nil {
 		return err
 	}
 	if err := b.Start(ctx); err != nil {
 		return err
-	}
-	if o.metricsAddr != "" {
-		srv, err := serveMetrics(o.metricsAddr, reg, log)
-		if err != nil {
-			_ = b.Stop(context.Background())
-			return err
-		}
-		defer srv.Close()
 	}
 	log.Info("ready: schedule with `nats pub ax.schedule.<bizType> <payload> -H Ax-Delay:5s`, consume on ax.fire.<bizType>",
 		"bucket", o.bucket, "stream", o.stream, "replica", b.ReplicaID())
