@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
+
+	"github.com/axbridge/axbridge/internal/natstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -78,11 +80,7 @@ func TestRunEmbedded(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("embedded server did not start")
 	}
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, url, nats.RetryOnFailedConnect(true))
 	fires, err := nc.SubscribeSync("ax.fire.orders")
 	if err != nil {
 		t.Fatal(err)
