@@ -146,12 +146,13 @@ func (w *Wheel[V]) endAdvance() {
 func (w *Wheel[V]) migrate() {
 	for w.purgeTop(); len(w.heap) > 0; w.purgeTop() {
 		i := w.heap[0]
-		t := w.tickOf(w.slab.at(i).due)
+		n := w.slab.at(i)
+		t := w.tickOf(n.due)
 		if t>>w.shift-w.cur>>w.shift > w.mask {
 			return
 		}
 		w.heapRemove(0)
-		w.file(i, t)
+		w.file(i, n, t)
 	}
 }
 
@@ -182,9 +183,9 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 		return
 	}
 	tail := w.tails[list]
-	// ahead runs lookahead entries before i and reads the index position
-	// each will clear: a hint only (fire may change the list), so that the
-	// cache misses of upcoming fires overlap.
+	// ahead runs lookahead entries before i and prefetches the index
+	// position each will clear: a hint only (fire may change the list), so
+	// that the cache misses of upcoming fires overlap.
 	const lookahead = 8
 	ahead := tail
 	for k := 0; k < lookahead && ahead >= 0; k++ {
@@ -193,7 +194,8 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 	for i := tail; i >= 0; {
 		if ahead >= 0 && ahead < w.slab.used {
 			a := w.slab.at(ahead)
-			w.touched += int32(w.index.tags[a.pos&w.index.mask])
+			t := unsafe.Pointer(&w.index.tags[a.pos&w.index.mask])
+			prefetch2(t, t)
 			ahead = a.prev
 		}
 		nd := w.slab.at(i)

@@ -34,10 +34,10 @@
 // out of the node into a shared 2 KB block.
 //
 // Add is O(1) and defers indexing: it links the entry where it fires and
-// queues it, and the queue (up to 256 entries) is indexed in one pass before
-// anything reads the index. The pass touches every queued entry's index
-// position first, so the cache misses of many Adds overlap. An Add of an id
-// that is already pending replaces that entry (its handles go stale).
+// queues it, and the queue (up to 32 entries) is indexed in one pass before
+// anything reads the index. Add prefetches the index position of its entry
+// (on amd64 and arm64), so the cache misses of many Adds overlap. An Add of
+// an id that is already pending replaces that entry (its handles go stale).
 //
 // Remove and RemoveHandle are O(1) and write only the removed node and its
 // index position: the node stays in its list as a zombie, like a stopped

@@ -16,8 +16,7 @@ func (w *Wheel[V]) heapSet(pos int, i int32) {
 	w.slab.at(i).prev = int32(pos)
 }
 
-func (w *Wheel[V]) heapPush(i int32) {
-	n := w.slab.at(i)
+func (w *Wheel[V]) heapPush(i int32, n *node[V]) {
 	n.next = inHeap
 	w.heap = append(w.heap, i)
 	w.heapUp(len(w.heap)-1, i)

@@ -19,33 +19,32 @@ import (
 // boundary finds the list empty unless Advance was called too rarely to
 // finish. Every list operation is O(1).
 
-// place links node i (not linked anywhere) where its due time belongs and
-// gives it the next insertion sequence number.
-func (w *Wheel[V]) place(i int32) {
-	n := w.slab.at(i)
+// place links node i (n, not linked anywhere) where its due time belongs
+// and gives it the next insertion sequence number.
+func (w *Wheel[V]) place(i int32, n *node[V]) {
 	w.seq++
 	n.seq = w.seq
 	if n.due <= w.now {
 		w.overdueMin = min(w.overdueMin, n.due)
-		w.pushList(w.overdueList(), i)
+		w.pushList(w.overdueList(), i, n)
 		return
 	}
 	// due > now implies tickOf(due) >= cur.
-	w.file(i, w.tickOf(n.due))
+	w.file(i, n, w.tickOf(n.due))
 }
 
-// file links node i, due at tick t >= cur, into its level-0 or level-1 slot,
-// or the heap.
-func (w *Wheel[V]) file(i int32, t int64) {
+// file links node i (n), due at tick t >= cur, into its level-0 or level-1
+// slot, or the heap.
+func (w *Wheel[V]) file(i int32, n *node[V], t int64) {
 	if t-w.cur <= w.mask0 {
-		w.pushList(int(t&w.mask0), i)
+		w.pushList(int(t&w.mask0), i, n)
 		return
 	}
 	if b := t >> w.shift; b-w.cur>>w.shift <= w.mask {
-		w.pushList(w.level1(b), i)
+		w.pushList(w.level1(b), i, n)
 		return
 	}
-	w.heapPush(i)
+	w.heapPush(i, n)
 }
 
 // level1 is the list index of the level-1 slot for block b.
@@ -67,11 +66,10 @@ func (w *Wheel[V]) setOccupied(list int, on bool) {
 // unlinking a list's last node can update the list's tail.
 func listEnd(list int) int32 { return -int32(list) - 4 }
 
-// pushList links node i at the head of a list (lists are newest first). A
-// node due before the head, or tied with it and inserted earlier (a
+// pushList links node i (n) at the head of a list (lists are newest first).
+// A node due before the head, or tied with it and inserted earlier (a
 // cascade keeps sequence numbers), marks the list unsorted until it empties.
-func (w *Wheel[V]) pushList(list int, i int32) {
-	n := w.slab.at(i)
+func (w *Wheel[V]) pushList(list int, i int32, n *node[V]) {
 	head := w.heads[list]
 	n.prev = -int32(list) - 2
 	if head != nilIdx {
@@ -151,7 +149,7 @@ func (w *Wheel[V]) cascade() {
 			w.slab.push(i)
 			w.listZombies--
 		} else {
-			w.pushList(int(w.tickOf(n.due)&w.mask0), i)
+			w.pushList(int(w.tickOf(n.due)&w.mask0), i, n)
 		}
 		i = next
 	}
@@ -177,7 +175,8 @@ func (w *Wheel[V]) precascade() {
 			continue
 		}
 		w.unlink(i)
-		w.pushList(int(w.tickOf(w.slab.at(i).due)&w.mask0), i)
+		n := w.slab.at(i)
+		w.pushList(int(w.tickOf(n.due)&w.mask0), i, n)
 	}
 }
 

@@ -52,12 +52,13 @@ func (s *slab[V]) at(i int32) *node[V] {
 	return &s.chunks[i>>chunkBits][i&(chunkSize-1)]
 }
 
-func (s *slab[V]) alloc() int32 {
+// alloc hands out a free node, pending from now on.
+func (s *slab[V]) alloc() (int32, *node[V]) {
 	if i := s.free; i != nilIdx {
 		n := s.at(i)
 		s.free = n.next
 		n.gen++
-		return i
+		return i, n
 	}
 	i := s.used
 	if int(i>>chunkBits) == len(s.chunks) {
@@ -66,7 +67,7 @@ func (s *slab[V]) alloc() int32 {
 	s.used++
 	n := s.at(i)
 	n.gen = 1
-	return i
+	return i, n
 }
 
 // release ends node i's pending life: it forgets its id and value and its

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"time"
+	"unsafe"
 )
 
 // Options configures a Wheel. The zero value gives the defaults.
@@ -77,7 +78,6 @@ type Wheel[V any] struct {
 	arena     *arenaBlock // backs the id strings Advance hands to fire
 	arenaOff  int         // bytes of arena in use
 	pend      []pendEntry // added entries not yet indexed; see Add
-	touched   int32       // keeps flush's first pass from being optimised away
 }
 
 type fireEntry struct {
@@ -157,9 +157,10 @@ func (w *Wheel[V]) Len() int {
 // The wheel keeps its own copy of id. Indexing the id is deferred: Add links
 // the entry where it fires and queues it; the queue is indexed in one pass
 // when it fills or before anything reads the index (Remove, Get, Reschedule,
-// RemoveHandle, Len, Next, Advance). A pass reads the index positions of the
-// whole queue first, so their cache misses overlap instead of costing one
-// full memory latency per Add.
+// RemoveHandle, Len, Next, Advance). Add prefetches the index position the
+// entry will take, so by the time its batch is indexed the position is in
+// cache: the cache misses of many Adds overlap instead of costing one full
+// memory latency each.
 func (w *Wheel[V]) Add(id string, due time.Time, v V) {
 	w.add(id, w.rel(due), v)
 }
@@ -180,17 +181,19 @@ type pendEntry struct {
 const unindexed = ^uint32(0)
 
 // pendMax is the most entries Add queues before indexing them.
-const pendMax = 256
+const pendMax = 32
 
 func (w *Wheel[V]) add(id string, due int64, v V) int32 {
-	i := w.slab.alloc()
-	n := w.slab.at(i)
+	i, n := w.slab.alloc()
 	n.v = v
 	w.slab.setID(i, n, id)
 	n.due = due
 	n.pos = unindexed
-	w.place(i)
-	w.pend = append(w.pend, pendEntry{i, w.index.hash(id)})
+	w.place(i, n)
+	h := w.index.hash(id)
+	pos := h & w.index.mask
+	prefetch2(unsafe.Pointer(&w.index.tags[pos]), unsafe.Pointer(&w.index.nodes[pos]))
+	w.pend = append(w.pend, pendEntry{i, h})
 	if len(w.pend) >= w.pendMax || w.advancing {
 		// Inside fire, an entry this Add replaces must not fire after it.
 		w.flush()
@@ -205,14 +208,6 @@ func (w *Wheel[V]) flush() {
 		return
 	}
 	x := &w.index
-	// Touch each entry's home position first. The loads do not depend on
-	// each other, so the CPU has many of their cache misses in flight at once.
-	var t int32
-	for _, e := range w.pend {
-		pos := e.h & x.mask
-		t += int32(x.tags[pos]) + x.nodes[pos]
-	}
-	w.touched = t
 	for _, e := range w.pend {
 		n := w.slab.at(e.i)
 		pos, j, ok := findNew(x, &w.slab, w.slab.idView(e.i, n), e.h)
@@ -347,8 +342,9 @@ func (w *Wheel[V]) Reschedule(id string, due time.Time) bool {
 		return false
 	}
 	w.unlink(i)
-	w.slab.at(i).due = w.rel(due)
-	w.place(i)
+	n := w.slab.at(i)
+	n.due = w.rel(due)
+	w.place(i, n)
 	return true
 }
 
