@@ -233,7 +233,12 @@ func (w *Wheel[V]) fireNode(i int32, fire func(id string, due time.Time, v V)) {
 	w.unlink(i)
 	w.index.deleteAt(nd.pos)
 	w.slab.release(i)
-	fire(id, w.abs(due), v)
+	if due != w.firedDue {
+		// Entries fired together often share a due time (a burst, a
+		// millisecond of a fixed delay): convert each due time once.
+		w.firedDue, w.firedAt = due, w.abs(due)
+	}
+	fire(id, w.firedAt, v)
 }
 
 // fireSorted fires the entries of a list due at or before n and placed at or

@@ -78,6 +78,8 @@ type Wheel[V any] struct {
 	arena     *arenaBlock // backs the id strings Advance hands to fire
 	arenaOff  int         // bytes of arena in use
 	pend      []pendEntry // added entries not yet indexed; see Add
+	firedDue  int64       // the due time of the last fire, as firedAt
+	firedAt   time.Time
 }
 
 type fireEntry struct {
@@ -126,6 +128,7 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 		w.heads[i], w.tails[i] = nilIdx, nilIdx
 	}
 	w.slab.free = nilIdx
+	w.firedDue, w.firedAt = 0, start
 	w.index.init()
 	return w
 }
