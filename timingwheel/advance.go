@@ -196,7 +196,6 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 			a := w.slab.at(ahead)
 			t := unsafe.Pointer(&w.index.tags[a.pos&w.index.mask])
 			prefetch2(t, t) // one line: the tag byte a fire clears
-
 			ahead = a.prev
 		}
 		nd := w.slab.at(i)
