@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
+	"unsafe"
 )
 
 // index maps ids to node indexes: open addressing with linear probing over
@@ -167,13 +168,18 @@ func (x *index) deleteAt(pos uint32) {
 
 // rebuild re-creates the index from the pending nodes of the slab (in slab
 // order, so node reads are sequential), at most half full, and records each
-// node's new position.
+// node's new position. It hashes rebuildBatch nodes at a time, prefetching
+// each one's home position, then inserts them: the index's cache misses
+// overlap, where one at a time they made a rebuild of 1.5M entries a stall
+// of over 100 ms.
 func rebuild[V any](x *index, s *slab[V]) {
 	n := minIndexSlots
 	for n < 2*(x.count+1) {
 		n *= 2
 	}
 	x.alloc(n)
+	var batch [rebuildBatch]pendEntry
+	k := 0
 	for i := int32(0); i < s.used; i++ {
 		nd := s.at(i)
 		if nd.gen&1 == 0 || nd.pos == unindexed {
@@ -181,10 +187,28 @@ func rebuild[V any](x *index, s *slab[V]) {
 		}
 		h := x.hash(s.idView(i, nd))
 		pos := h & x.mask
+		prefetch2(unsafe.Pointer(&x.tags[pos]), unsafe.Pointer(&x.nodes[pos]))
+		batch[k] = pendEntry{i, h}
+		if k++; k == len(batch) {
+			reinsert(x, s, batch[:])
+			k = 0
+		}
+	}
+	reinsert(x, s, batch[:k])
+}
+
+// rebuildBatch is how many nodes rebuild hashes before inserting them.
+const rebuildBatch = 64
+
+// reinsert puts nodes into an index being rebuilt: it holds no tombstones and
+// none of their ids.
+func reinsert[V any](x *index, s *slab[V], b []pendEntry) {
+	for _, e := range b {
+		pos := e.h & x.mask
 		for x.tags[pos] != tagEmpty {
 			pos = (pos + 1) & x.mask
 		}
-		x.insertAt(pos, i, h)
-		nd.pos = pos
+		x.insertAt(pos, e.i, e.h)
+		s.at(e.i).pos = pos
 	}
 }
