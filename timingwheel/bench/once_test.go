@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,5 +298,37 @@ func BenchmarkStall(b *testing.B) {
 		slices.Sort(took)
 		us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 		return map[string]float64{"p99-us": us(took[len(took)*99/100]), "max-us": us(took[len(took)-1])}
+	})
+}
+
+// BenchmarkGrowth adds entries one at a time (uniform 1s-5m) until the index
+// has grown past 1.57M, where it rebuilds, and reports the slowest single
+// Add (`max-ms`): the stall an owner's loop sees when the wheel grows. Wheel
+// only; no sleeping.
+func BenchmarkGrowth(b *testing.B) {
+	once(b, func() map[string]float64 {
+		const n = 1_600_000 // past the rebuild at 3/4 of 2^21 positions
+		more := make([]string, n-len(ids))
+		for k := range more {
+			more[k] = "task-" + strconv.Itoa(len(ids)+k) + "-0123456789"
+		}
+		start := time.Now()
+		w := timingwheel.New[uint32](start, timingwheel.Options{})
+		r := rand.New(rand.NewPCG(7, 7))
+		runtime.GC()
+		var worst time.Duration
+		for k := range n {
+			id := ""
+			if k < len(ids) {
+				id = ids[k]
+			} else {
+				id = more[k-len(ids)]
+			}
+			due := start.Add(dists[1].delay(r))
+			t0 := time.Now()
+			w.Add(id, due, uint32(k))
+			worst = max(worst, time.Since(t0))
+		}
+		return map[string]float64{"max-ms": float64(worst) / float64(time.Millisecond)}
 	})
 }
