@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -272,5 +273,52 @@ func TestJetStoreConnectionClosed(t *testing.T) {
 	s.Close()
 	if _, err := updateAsync(ctx, s, newTask("late"), 0); !errors.Is(err, kvstore.ErrClosed) {
 		t.Fatalf("UpdateAsync after Close: %v, want ErrClosed", err)
+	}
+}
+
+// A write that finds no stream to take it gets "no responders", as while a replicated bucket
+// elects a leader. The store sends it again until the operation's deadline instead of giving up
+// after nats.go's default two retries (half a second).
+func TestJetStoreWriteWaitsForLeader(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	js := newJS(t, srv.ClientURL())
+	cfg := kvstore.Config{Bucket: newBucketName()}
+	s := openJetStore(t, js, cfg)
+	if err := js.DeleteStream(testContext(t), "KV_"+cfg.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	inMsgs := func() int64 {
+		v, err := srv.NATS().Varz(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.InMsgs
+	}
+	before := inMsgs()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Create(testContext(t), newTask("patient"))
+		done <- err
+	}()
+	// nats.go on its own sends a write three times; wait until the store has sent more.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(waitTimeout); inMsgs()-before < 6; {
+		select {
+		case err := <-done:
+			t.Fatalf("Create gave up while the bucket had no stream: %v", err)
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server saw %d writes in %v", inMsgs()-before, waitTimeout)
+		}
+	}
+	openJetStore(t, js, cfg) // the bucket's stream again
+	if err := <-done; err != nil {
+		t.Fatalf("Create once the stream was back: %v", err)
+	}
+	if got := mustGet(t, s, "patient"); got.Task.ID != "patient" {
+		t.Fatalf("got %+v", got)
 	}
 }

@@ -34,7 +34,9 @@
 // a single-replica stream, 10164 on a replicated one; nats.go surfaces these as ErrKeyExists,
 // ErrKeyRevisionMismatch or a bare API error, and one function (mapError) translates them all.
 // The Async variants pipeline the same writes (published at once, completed in order by a few
-// goroutines) and report the same outcomes.
+// goroutines) and report the same outcomes. A write that no server takes (a replicated bucket
+// electing its leader answers "no responders") is sent again every 50ms until the operation's
+// deadline: nothing took it, so sending it again cannot write twice.
 //
 // # Deletes and tombstones
 //

@@ -192,7 +192,7 @@ func (s *JetStore) create(ctx context.Context, t *Task, key string, val []byte) 
 // a direct get, which a lagging follower of a replicated bucket may answer with the record the
 // marker replaced.) retry reports a conflict without a record to show for it.
 func (s *JetStore) createOnce(ctx context.Context, t *Task, key string, val []byte) (e Entry, retry bool, err error) {
-	ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, 0))
+	ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, 0), waitForLeader(ctx)...)
 	if err == nil {
 		return Entry{Task: *t, Revision: ack.Sequence}, false, nil
 	}
@@ -206,7 +206,7 @@ func (s *JetStore) createOnce(ctx context.Context, t *Task, key string, val []by
 	case err != nil:
 		return Entry{}, false, fmt.Errorf("create %s: read existing: %w", t.ID, err)
 	case cur.deleted:
-		ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, cur.seq))
+		ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, cur.seq), waitForLeader(ctx)...)
 		if err != nil {
 			err = mapError(err)
 			return Entry{}, errors.Is(err, ErrConflict), fmt.Errorf("create %s over delete marker %d: %w", t.ID, cur.seq, err)
@@ -306,7 +306,7 @@ func (s *JetStore) Update(ctx context.Context, t *Task, rev uint64) (uint64, err
 	}
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, rev))
+	ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, rev), waitForLeader(ctx)...)
 	if err != nil {
 		return 0, fmt.Errorf("update %s at revision %d: %w", t.ID, rev, mapError(err))
 	}
@@ -321,7 +321,7 @@ func (s *JetStore) Delete(ctx context.Context, id string, rev uint64) error {
 	}
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if _, err := s.js.PublishMsg(ctx, s.purgeMsg(Key(id, s.cfg.Partitions), rev)); err != nil {
+	if _, err := s.js.PublishMsg(ctx, s.purgeMsg(Key(id, s.cfg.Partitions), rev), waitForLeader(ctx)...); err != nil {
 		return fmt.Errorf("delete %s at revision %d: %w", id, rev, mapError(err))
 	}
 	return nil
@@ -411,6 +411,21 @@ func decodeEntry(id string, rev uint64, val []byte) (Entry, error) {
 		return Entry{}, fmt.Errorf("task %s revision %d: %w: the record names task %q", id, rev, ErrCorrupt, t.ID)
 	}
 	return Entry{Task: t, Revision: rev}, nil
+}
+
+// noLeaderRetry is how often a write that found no stream to take it is sent again.
+const noLeaderRetry = 50 * time.Millisecond
+
+// waitForLeader makes a publish ride out a stream with no leader, as while a replicated bucket
+// elects one (just created, or after its leader left): JetStream then answers "no responders",
+// which means no server took the message, so sending it again is safe. nats.go retries twice,
+// 250ms apart, by default; this retries every noLeaderRetry until ctx's deadline.
+func waitForLeader(ctx context.Context) []jetstream.PublishOpt {
+	n := 2
+	if d, ok := ctx.Deadline(); ok {
+		n = max(int(time.Until(d)/noLeaderRetry), 0)
+	}
+	return []jetstream.PublishOpt{jetstream.WithRetryWait(noLeaderRetry), jetstream.WithRetryAttempts(n)}
 }
 
 // withTimeout gives ctx the deadline now+d unless it has one already.

@@ -114,7 +114,8 @@ func (s *JetStore) submit(ctx context.Context, m *nats.Msg, err error, finish fu
 	}
 	if op.err == nil {
 		deadline, _ := op.ctx.Deadline()
-		op.paf, op.err = s.js.PublishMsgAsync(m, jetstream.WithStallWait(max(time.Until(deadline), time.Millisecond)))
+		opts := append(waitForLeader(op.ctx), jetstream.WithStallWait(max(time.Until(deadline), time.Millisecond)))
+		op.paf, op.err = s.js.PublishMsgAsync(m, opts...)
 		if errors.Is(op.err, jetstream.ErrTooManyStalledMsgs) {
 			op.err = fmt.Errorf("kvstore: too many writes pending: %w", op.err)
 		}

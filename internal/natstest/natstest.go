@@ -171,22 +171,33 @@ type Cluster struct {
 // RunCluster starts n JetStream servers routed to each other on loopback (random ports, one store
 // directory each), waits until there is a meta leader, all n peers are known and every server is
 // current, and shuts them all down when the test ends.
+//
+// Every server routes to the first, which tells them of each other. Only the first one's route
+// port is picked in advance (JetStream needs a configured route before the server starts, and it
+// may name the server itself); it is held open until just before that server starts. The others
+// listen on ports the kernel picks. (Picking every port up front and closing them raced with
+// anything else binding a port, other test packages included: a server whose port was taken
+// meanwhile never became ready.)
 func RunCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("natstest: cluster of %d servers", n)
 	}
-	ports := freePorts(t, n)
-	routes := make([]*url.URL, n)
-	for i, p := range ports {
-		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)}
+	hold, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: free port: %v", err)
 	}
+	seedPort := hold.Addr().(*net.TCPAddr).Port
+	routes := []*url.URL{{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", seedPort)}}
 	name := fmt.Sprintf("C%d", time.Now().UnixNano()%1e6)
 	c := &Cluster{}
 	for i := range n {
 		o := baseOptions(t.TempDir())
 		o.ServerName = fmt.Sprintf("%s-S%d", name, i+1)
-		o.Cluster = server.ClusterOpts{Name: name, Host: "127.0.0.1", Port: ports[i]}
+		o.Cluster = server.ClusterOpts{Name: name, Host: "127.0.0.1", Port: -1}
+		if i == 0 {
+			o.Cluster.Port = seedPort
+		}
 		o.Routes = routes
 		for _, opt := range opts {
 			opt(&o)
@@ -200,6 +211,9 @@ func RunCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		}
 		s := &Server{StoreDir: o.StoreDir, opts: o, srv: srv}
 		t.Cleanup(s.shutdown)
+		if i == 0 {
+			hold.Close()
+		}
 		srv.Start()
 		c.Servers = append(c.Servers, s)
 	}
@@ -273,27 +287,6 @@ func poll(d time.Duration, cond func() bool) bool {
 		}
 		<-tick.C
 	}
-}
-
-// freePorts finds n loopback ports that are free right now, holding all of them open at once so
-// they differ. Another process could take one before the server binds it; that is rare enough on
-// loopback for tests.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	ls := make([]net.Listener, n)
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("natstest: free port: %v", err)
-		}
-		ls[i] = l
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }
 
 // testLogger routes server logs to t.Log.
