@@ -11,7 +11,7 @@ func (w *Wheel[V]) check() error {
 	seen, listZombies := 0, 0
 	overdue := w.overdueList()
 	for list, head := range w.heads {
-		prev := -int32(list) - 2
+		prev := listHead(list)
 		if (head == nilIdx) != (w.tails[list] == nilIdx) {
 			return fmt.Errorf("list %d: head %d, tail %d", list, head, w.tails[list])
 		}

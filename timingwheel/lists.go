@@ -62,16 +62,20 @@ func (w *Wheel[V]) setOccupied(list int, on bool) {
 	}
 }
 
-// listEnd is node.next of the last node of a list: it names the list, so
-// unlinking a list's last node can update the list's tail.
-func listEnd(list int) int32 { return -int32(list) - 4 }
+// listHead is node.prev of the first node of a list and listEnd node.next of
+// the last: each names the list (headList and endList read it back), so
+// unlinking a list's first or last node can update the list's head or tail.
+func listHead(list int) int32 { return -int32(list) - 2 }
+func listEnd(list int) int32  { return -int32(list) - 4 }
+func headList(prev int32) int { return int(-prev - 2) }
+func endList(next int32) int  { return int(-next - 4) }
 
 // pushList links node i (n) at the head of a list (lists are newest first).
 // A node due before the head, or tied with it and inserted earlier (a
 // cascade keeps sequence numbers), marks the list unsorted until it empties.
 func (w *Wheel[V]) pushList(list int, i int32, n *node[V]) {
 	head := w.heads[list]
-	n.prev = -int32(list) - 2
+	n.prev = listHead(list)
 	if head != nilIdx {
 		h := w.slab.at(head)
 		h.prev = i
@@ -103,13 +107,13 @@ func (w *Wheel[V]) unlink(i int32) {
 	if next >= 0 {
 		w.slab.at(next).prev = prev
 	} else {
-		w.tails[-next-4] = max(prev, nilIdx)
+		w.tails[endList(next)] = max(prev, nilIdx)
 	}
 	if prev >= 0 {
 		w.slab.at(prev).next = next
 		return
 	}
-	list := int(-prev - 2)
+	list := headList(prev)
 	if next >= 0 {
 		w.heads[list] = next
 		return
@@ -170,12 +174,12 @@ func (w *Wheel[V]) precascade() {
 		if i == nilIdx {
 			return
 		}
-		if w.slab.at(i).gen&1 == 0 {
+		n := w.slab.at(i)
+		if n.gen&1 == 0 {
 			w.freeZombie(i)
 			continue
 		}
 		w.unlink(i)
-		n := w.slab.at(i)
 		w.pushList(int(w.tickOf(n.due)&w.mask0), i, n)
 	}
 }

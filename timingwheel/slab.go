@@ -25,7 +25,7 @@ const (
 type node[V any] struct {
 	v     V
 	next  int32  // list successor or listEnd, inHeap, zombie, or free-list link
-	prev  int32  // list predecessor; -(list+2) for a list head; heap position when in the heap
+	prev  int32  // list predecessor or listHead; heap position when in the heap
 	gen   uint32 // odd while pending, even while free; bumped on alloc and free
 	seq   uint32 // insertion order, assigned on Add and Reschedule
 	pos   uint32 // position in the id index

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
 )
 
 // options are the command line, after AX_* environment variables and flags are applied.
@@ -58,9 +60,9 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in ack subjects and records (default: random)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the bucket and stream (3 on a cluster)")
 	fs.IntVar(&o.partitions, "partitions", 16, "partitions of a new bucket (fixed once the bucket exists)")
-	fs.IntVar(&o.maxRetry, "max-retry", 3, "default retries after the first attempt (Ax-Max-Retry)")
-	fs.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "default time an attempt may run before it counts as failed (Ax-Ack-Wait)")
-	fs.StringVar(&o.backoff, "backoff", "10s,30s,60s", "default waits before retry 1, 2, ... (durations or ms, comma-separated); the last repeats (Ax-Backoff)")
+	fs.IntVar(&o.maxRetry, "max-retry", kvstore.DefaultMaxRetry, "default retries after the first attempt (Ax-Max-Retry)")
+	fs.DurationVar(&o.ackWait, "ack-wait", kvstore.DefaultAckWait, "default time an attempt may run before it counts as failed (Ax-Ack-Wait)")
+	fs.StringVar(&o.backoff, "backoff", formatBackoff(kvstore.DefaultBackoff()), "default waits before retry 1, 2, ... (durations or ms, comma-separated); the last repeats (Ax-Backoff)")
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long finished records stay readable")
 	fs.DurationVar(&o.pastTolerance, "past-tolerance", time.Hour, "due times further in the past are rejected; closer ones fire at once")
 	fs.DurationVar(&o.maxHorizon, "max-horizon", 400*24*time.Hour, "due times further in the future are rejected")
@@ -88,4 +90,13 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return o, nil
+}
+
+// formatBackoff writes a backoff list as --backoff and Ax-Backoff take it.
+func formatBackoff(b []time.Duration) string {
+	parts := make([]string, len(b))
+	for i, d := range b {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
 }
