@@ -1,0 +1,155 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+// pair holds the wheel and AfterFunc fixtures of BenchmarkPaired, filled
+// with the same delays.
+type pair struct {
+	w *wheelSched
+	a *afterFuncSched
+}
+
+func (p *pair) add(k int, d time.Duration) { p.w.add(k, d); p.a.add(k, d) }
+func (p *pair) cancel(k int)               { p.w.cancel(k); p.a.cancelHandle(k) }
+func (p *pair) close()                     { p.w.close(); p.a.close() }
+
+// pairedBatch is how many operations one side runs before the other takes
+// its turn.
+const pairedBatch = 1024
+
+// BenchmarkPaired measures the two targets set as ratios to AfterFunc,
+// schedule and cancel, with both sides in the same time window. Both hold
+// 1M pending entries at once; batches of 1024 operations alternate between
+// the wheel and AfterFunc (which side goes first alternates too), and each
+// batch is timed on its own. Drift of the machine over seconds or minutes,
+// which Schedule and Cancel see as a difference between two benchmarks run
+// a minute apart, falls on both sides alike here.
+//
+//   - op=schedule: the wheel as its owner adds (one clock read per 64 adds,
+//     as impl=wheel-owner) against time.AfterFunc;
+//   - op=cancel: the wheel's Remove by id, the caller holding a fresh copy of
+//     the id (as by=id-owner), against Timer.Stop of a random older timer
+//     (as afterfunc/by=handle); cancelled entries are re-added, untimed.
+//
+// Reported: wheel-ns/op and afterfunc-ns/op (each side's mean over the
+// sample) and ratio, their quotient. ns/op is 0: it would mix the two.
+func BenchmarkPaired(b *testing.B) {
+	for _, op := range []string{"schedule", "cancel"} {
+		for _, d := range dists {
+			b.Run("op="+op+"/dist="+d.name, func(b *testing.B) {
+				if op == "schedule" && b.N > extra {
+					b.Fatalf("b.N %d > %d spare ids: use -benchtime=%dx or less", b.N, extra, extra)
+				}
+				p := fixture(b, func() scheduler {
+					p := &pair{newWheel(), newAfterFunc(false)}
+					fill(p, d, 1)
+					return p
+				}).(*pair)
+				b.StopTimer()
+				var tw, ta time.Duration
+				if op == "schedule" {
+					tw, ta = pairedSchedule(b.N, p, d)
+				} else {
+					tw, ta = pairedCancel(b.N, p, d)
+				}
+				b.ReportMetric(float64(tw.Nanoseconds())/float64(b.N), "wheel-ns/op")
+				b.ReportMetric(float64(ta.Nanoseconds())/float64(b.N), "afterfunc-ns/op")
+				b.ReportMetric(float64(tw)/float64(ta), "ratio")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// pairedSchedule adds n new entries to each side and returns the time each
+// took.
+func pairedSchedule(n int, p *pair, d dist) (tw, ta time.Duration) {
+	r := rand.New(rand.NewPCG(2, 2))
+	delays := make([]time.Duration, n)
+	for i := range delays {
+		delays[i] = d.delay(r)
+	}
+	base := pending
+	if n == 1 {
+		base = pending + extra - 1 // keep the ids of the main run unused
+	}
+	w := p.w.w
+	wheel := func(lo, hi int) time.Duration {
+		t0 := time.Now()
+		var now time.Time
+		for i := lo; i < hi; i++ {
+			if (i-lo)%ownerClockEvery == 0 {
+				now = time.Now()
+			}
+			w.Add(ids[base+i], now.Add(delays[i]), uint32(base+i))
+		}
+		return time.Since(t0)
+	}
+	after := func(lo, hi int) time.Duration {
+		t0 := time.Now()
+		for i := lo; i < hi; i++ {
+			p.a.add(base+i, delays[i])
+		}
+		return time.Since(t0)
+	}
+	runtime.GC() // no GC cycle of the setup's garbage runs into the timed part
+	for lo, turn := 0, 0; lo < n; lo, turn = lo+pairedBatch, turn+1 {
+		hi := min(lo+pairedBatch, n)
+		if turn%2 == 0 {
+			tw += wheel(lo, hi)
+			ta += after(lo, hi)
+		} else {
+			ta += after(lo, hi)
+			tw += wheel(lo, hi)
+		}
+	}
+	return tw, ta
+}
+
+// pairedCancel cancels n random older entries on each side, re-adding them
+// untimed, and returns the time the cancels took on each side.
+func pairedCancel(n int, p *pair, d dist) (tw, ta time.Duration) {
+	r := rand.New(rand.NewPCG(3, uint64(n)))
+	victims := make([]int, 0, pairedBatch)
+	wheel := func() time.Duration {
+		p.w.prepare(victims) // fresh copies of the ids, as the owner holds them
+		t0 := time.Now()
+		for j := range victims {
+			p.w.cancelPrepared(j)
+		}
+		return time.Since(t0)
+	}
+	after := func() time.Duration {
+		t0 := time.Now()
+		for _, k := range victims {
+			p.a.cancelHandle(k)
+		}
+		return time.Since(t0)
+	}
+	for i, turn := 0, 0; i < n; i, turn = i+pairedBatch, turn+1 {
+		victims = victims[:0]
+		for len(victims) < min(pairedBatch, n-i) {
+			k := r.IntN(pending)
+			if !slices.Contains(victims, k) {
+				victims = append(victims, k)
+			}
+		}
+		if turn%2 == 0 {
+			tw += wheel()
+			ta += after()
+		} else {
+			ta += after()
+			tw += wheel()
+		}
+		for _, k := range victims {
+			p.add(k, d.delay(r))
+		}
+	}
+	return tw, ta
+}
