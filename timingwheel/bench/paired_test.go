@@ -38,7 +38,10 @@ const pairedBatch = 1024
 //     (as afterfunc/by=handle); cancelled entries are re-added, untimed.
 //
 // Reported: wheel-ns/op and afterfunc-ns/op (each side's mean over the
-// sample) and ratio, their quotient. ns/op is 0: it would mix the two.
+// sample) and ratio, their quotient; wheel-faults/op and afterfunc-faults/op,
+// the minor page faults (first touches of memory the kernel had not backed
+// yet) per operation of each side, which on a virtual machine cost a few
+// microseconds each. ns/op is 0: it would mix the two.
 func BenchmarkPaired(b *testing.B) {
 	for _, op := range []string{"schedule", "cancel"} {
 		for _, d := range dists {
@@ -52,24 +55,41 @@ func BenchmarkPaired(b *testing.B) {
 					return p
 				}).(*pair)
 				b.StopTimer()
-				var tw, ta time.Duration
+				var w, a side
 				if op == "schedule" {
-					tw, ta = pairedSchedule(b.N, p, d)
+					w, a = pairedSchedule(b.N, p, d)
 				} else {
-					tw, ta = pairedCancel(b.N, p, d)
+					w, a = pairedCancel(b.N, p, d)
 				}
-				b.ReportMetric(float64(tw.Nanoseconds())/float64(b.N), "wheel-ns/op")
-				b.ReportMetric(float64(ta.Nanoseconds())/float64(b.N), "afterfunc-ns/op")
-				b.ReportMetric(float64(tw)/float64(ta), "ratio")
+				n := float64(b.N)
+				b.ReportMetric(float64(w.took.Nanoseconds())/n, "wheel-ns/op")
+				b.ReportMetric(float64(a.took.Nanoseconds())/n, "afterfunc-ns/op")
+				b.ReportMetric(float64(w.took)/float64(a.took), "ratio")
+				b.ReportMetric(float64(w.faults)/n, "wheel-faults/op")
+				b.ReportMetric(float64(a.faults)/n, "afterfunc-faults/op")
 				b.ReportMetric(0, "ns/op")
 			})
 		}
 	}
 }
 
-// pairedSchedule adds n new entries to each side and returns the time each
-// took.
-func pairedSchedule(n int, p *pair, d dist) (tw, ta time.Duration) {
+// side is what one side's timed batches took, and the page faults in them.
+type side struct {
+	took   time.Duration
+	faults int64
+}
+
+// timed runs f and adds its time and page faults to s.
+func (s *side) timed(f func()) {
+	f0 := minorFaults()
+	t0 := time.Now()
+	f()
+	s.took += time.Since(t0)
+	s.faults += minorFaults() - f0
+}
+
+// pairedSchedule adds n new entries to each side and returns what each took.
+func pairedSchedule(n int, p *pair, d dist) (w, a side) {
 	r := rand.New(rand.NewPCG(2, 2))
 	delays := make([]time.Duration, n)
 	for i := range delays {
@@ -79,58 +99,49 @@ func pairedSchedule(n int, p *pair, d dist) (tw, ta time.Duration) {
 	if n == 1 {
 		base = pending + extra - 1 // keep the ids of the main run unused
 	}
-	w := p.w.w
-	wheel := func(lo, hi int) time.Duration {
-		t0 := time.Now()
+	var lo, hi int
+	wheel := func() {
 		var now time.Time
 		for i := lo; i < hi; i++ {
 			if (i-lo)%ownerClockEvery == 0 {
 				now = time.Now()
 			}
-			w.Add(ids[base+i], now.Add(delays[i]), uint32(base+i))
+			p.w.w.Add(ids[base+i], now.Add(delays[i]), uint32(base+i))
 		}
-		return time.Since(t0)
 	}
-	after := func(lo, hi int) time.Duration {
-		t0 := time.Now()
+	after := func() {
 		for i := lo; i < hi; i++ {
 			p.a.add(base+i, delays[i])
 		}
-		return time.Since(t0)
 	}
 	runtime.GC() // no GC cycle of the setup's garbage runs into the timed part
-	for lo, turn := 0, 0; lo < n; lo, turn = lo+pairedBatch, turn+1 {
-		hi := min(lo+pairedBatch, n)
+	for turn := 0; lo < n; lo, turn = hi, turn+1 {
+		hi = min(lo+pairedBatch, n)
 		if turn%2 == 0 {
-			tw += wheel(lo, hi)
-			ta += after(lo, hi)
+			w.timed(wheel)
+			a.timed(after)
 		} else {
-			ta += after(lo, hi)
-			tw += wheel(lo, hi)
+			a.timed(after)
+			w.timed(wheel)
 		}
 	}
-	return tw, ta
+	return w, a
 }
 
 // pairedCancel cancels n random older entries on each side, re-adding them
-// untimed, and returns the time the cancels took on each side.
-func pairedCancel(n int, p *pair, d dist) (tw, ta time.Duration) {
+// untimed, and returns what the cancels took on each side.
+func pairedCancel(n int, p *pair, d dist) (w, a side) {
 	r := rand.New(rand.NewPCG(3, uint64(n)))
 	victims := make([]int, 0, pairedBatch)
-	wheel := func() time.Duration {
-		p.w.prepare(victims) // fresh copies of the ids, as the owner holds them
-		t0 := time.Now()
+	wheel := func() {
 		for j := range victims {
 			p.w.cancelPrepared(j)
 		}
-		return time.Since(t0)
 	}
-	after := func() time.Duration {
-		t0 := time.Now()
+	after := func() {
 		for _, k := range victims {
 			p.a.cancelHandle(k)
 		}
-		return time.Since(t0)
 	}
 	for i, turn := 0, 0; i < n; i, turn = i+pairedBatch, turn+1 {
 		victims = victims[:0]
@@ -140,16 +151,17 @@ func pairedCancel(n int, p *pair, d dist) (tw, ta time.Duration) {
 				victims = append(victims, k)
 			}
 		}
+		p.w.prepare(victims) // fresh copies of the ids, as the owner holds them
 		if turn%2 == 0 {
-			tw += wheel()
-			ta += after()
+			w.timed(wheel)
+			a.timed(after)
 		} else {
-			ta += after()
-			tw += wheel()
+			a.timed(after)
+			w.timed(wheel)
 		}
 		for _, k := range victims {
 			p.add(k, d.delay(r))
 		}
 	}
-	return tw, ta
+	return w, a
 }
