@@ -122,8 +122,9 @@ func (w *Wheel[V]) check() error {
 	if long != len(w.slab.long) {
 		return fmt.Errorf("%d nodes with long ids, %d kept", long, len(w.slab.long))
 	}
+	x := &w.index
 	indexed, used := 0, 0
-	for pos, tag := range w.index.tags {
+	for pos, tag := range x.tags {
 		if tag == tagEmpty {
 			continue
 		}
@@ -132,18 +133,55 @@ func (w *Wheel[V]) check() error {
 			continue
 		}
 		indexed++
-		i := w.index.nodes[pos]
+		i := x.nodes[pos]
 		n := w.slab.at(i)
 		id := w.slab.idView(i, n)
-		h := w.index.hash(id)
-		if n.gen&1 == 0 || tag != tagOf(h) || int(n.pos) != pos {
-			return fmt.Errorf("index position %d: node %d gen %d pos %d id %q", pos, i, n.gen, n.pos, id)
+		h := x.hash(id)
+		if n.gen&1 == 0 || tag != tagOf(h) || n.pos != uint32(pos)|x.bit {
+			return fmt.Errorf("index position %d: node %d gen %d pos %#x id %q", pos, i, n.gen, n.pos, id)
 		}
-		if p, j, ok := find(&w.index, &w.slab, id, h); !ok || j != i || int(p) != pos {
-			return fmt.Errorf("id %q not found at its position %d", id, pos)
+		if p, j, ok := find(x, &w.slab, id, h); !ok || j != i || int(p) != pos {
+			return fmt.Errorf("id %q not found at its position %d: %d %d %v", id, pos, p, j, ok)
 		}
-		if p, j, ok := findNew(&w.index, &w.slab, id, h); !ok || j != i || int(p) != pos {
-			return fmt.Errorf("findNew: id %q not found at its position %d", id, pos)
+		if p, j, ok := findNew(x, &w.slab, id, h); !ok || j != i || int(p) != pos {
+			return fmt.Errorf("findNew: id %q not found at its position %d: %d %d %v", id, pos, p, j, ok)
+		}
+	}
+	// The old table: a live entry is one whose node still names its position
+	// (an entry that moved leaves its position as it was).
+	oldLive := 0
+	oldBit := x.bit ^ posTable
+	for pos, tag := range x.old.tags {
+		if tag == tagEmpty || tag == tagDeleted {
+			continue
+		}
+		i := x.old.nodes[pos]
+		n := w.slab.at(i)
+		if n.gen&1 == 0 || n.pos != uint32(pos)|oldBit {
+			continue
+		}
+		oldLive++
+		id := w.slab.idView(i, n)
+		h := x.hash(id)
+		if tag != tagOf(h) || i < x.move {
+			return fmt.Errorf("old index position %d: node %d (move at %d) pos %#x id %q", pos, i, x.move, n.pos, id)
+		}
+		if _, _, ok := find(x, &w.slab, id, h); ok {
+			return fmt.Errorf("id %q of the old table is in the current one too", id)
+		}
+		if p, j, ok := findOld(x, &w.slab, id, h); !ok || j != i || int(p) != pos {
+			return fmt.Errorf("id %q not found at its old position %d: %d %d %v", id, pos, p, j, ok)
+		}
+		if j, ok := lookup(x, &w.slab, id); !ok || j != i {
+			return fmt.Errorf("lookup(%q) = %d %v, want node %d", id, j, ok, i)
+		}
+	}
+	if oldLive != x.oldLive || x.moving() != (oldLive > 0) {
+		return fmt.Errorf("%d entries in the old table, counted %d, moving %v", oldLive, x.oldLive, x.moving())
+	}
+	for i := int32(0); i < w.slab.used; i++ {
+		if n := w.slab.at(i); n.gen&1 == 1 && n.pos != unindexed && n.pos&posTable != x.bit && !x.moving() {
+			return fmt.Errorf("node %d names the old table (pos %#x), which is gone", i, n.pos)
 		}
 	}
 	for k := range 4 { // absent ids: both probes pick the same insert position
@@ -155,8 +193,8 @@ func (w *Wheel[V]) check() error {
 			return fmt.Errorf("absent id %q: find %d %v, findNew %d %v", id, p1, ok1, p2, ok2)
 		}
 	}
-	if indexed != w.index.count || used != w.index.used || w.index.full() {
-		return fmt.Errorf("index count %d used %d of %d, %d live and %d used positions", w.index.count, w.index.used, len(w.index.tags), indexed, used)
+	if indexed+oldLive != x.count || used != x.used || x.full() {
+		return fmt.Errorf("index count %d used %d of %d, %d+%d live and %d used positions", x.count, x.used, len(x.tags), indexed, oldLive, used)
 	}
 	return nil
 }

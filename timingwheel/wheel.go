@@ -196,6 +196,11 @@ func (w *Wheel[V]) add(id string, due int64, v V) int32 {
 	h := w.index.hash(id)
 	pos := h & w.index.mask
 	prefetch2(unsafe.Pointer(&w.index.tags[pos]), unsafe.Pointer(&w.index.nodes[pos]))
+	if x := &w.index; x.moving() {
+		// findNew probes the old table too when the id is not in the current one.
+		p := h & x.old.mask
+		prefetch2(unsafe.Pointer(&x.old.tags[p]), unsafe.Pointer(&x.old.nodes[p]))
+	}
 	w.pend = append(w.pend, pendEntry{i, h})
 	if len(w.pend) >= w.pendMax || w.advancing {
 		// Inside fire, an entry this Add replaces must not fire after it.
@@ -205,7 +210,8 @@ func (w *Wheel[V]) add(id string, due int64, v V) int32 {
 }
 
 // flush indexes the entries Add queued, in order: one whose id is already
-// pending takes over that entry's index slot, and the older entry is dropped.
+// pending replaces that entry, which is dropped. While entries move out of an
+// old index table, each indexed entry moves a few more (moveStep).
 func (w *Wheel[V]) flush() {
 	if len(w.pend) == 0 {
 		return
@@ -213,18 +219,28 @@ func (w *Wheel[V]) flush() {
 	x := &w.index
 	for _, e := range w.pend {
 		n := w.slab.at(e.i)
-		pos, j, ok := findNew(x, &w.slab, w.slab.idView(e.i, n), e.h)
+		id := w.slab.idView(e.i, n)
+		pos, j, ok := findNew(x, &w.slab, id, e.h)
 		if ok {
 			x.nodes[pos] = e.i
-			n.pos = pos
+			n.pos = pos | x.bit
 			w.drop(j)
 			continue
 		}
-		x.insertAt(pos, e.i, e.h)
-		n.pos = pos
-		if x.full() {
-			rebuild(x, &w.slab) // leaves the rest of pend unindexed
+		if p, j, ok := findOld(x, &w.slab, id, e.h); ok {
+			// Pending in the old table: take it out; the new entry goes
+			// into the current one.
+			x.deleteOld(p)
+			w.drop(j)
 		}
+		x.insertAt(pos, e.i, e.h)
+		n.pos = pos | x.bit
+		if x.full() {
+			grow(x, &w.slab) // leaves the rest of pend unindexed
+		}
+	}
+	if x.moving() {
+		moveStep(x, &w.slab, len(w.pend)*x.step)
 	}
 	w.pend = w.pend[:0]
 }
@@ -232,12 +248,20 @@ func (w *Wheel[V]) flush() {
 // Remove cancels id; false if not pending (never added, already fired, or removed).
 func (w *Wheel[V]) Remove(id string) bool {
 	w.flush()
-	h := w.index.hash(id)
-	pos, i, ok := find(&w.index, &w.slab, id, h)
-	if !ok {
+	x := &w.index
+	h := x.hash(id)
+	pos, i, ok := find(x, &w.slab, id, h)
+	switch {
+	case ok:
+		x.deleteCur(pos)
+	case x.moving():
+		if pos, i, ok = findOld(x, &w.slab, id, h); !ok {
+			return false
+		}
+		x.deleteOld(pos)
+	default:
 		return false
 	}
-	w.index.deleteAt(pos)
 	w.drop(i)
 	return true
 }
@@ -340,7 +364,7 @@ func (w *Wheel[V]) zombiesOver() bool {
 // not pending.
 func (w *Wheel[V]) Reschedule(id string, due time.Time) bool {
 	w.flush()
-	_, i, ok := find(&w.index, &w.slab, id, w.index.hash(id))
+	i, ok := lookup(&w.index, &w.slab, id)
 	if !ok {
 		return false
 	}
@@ -354,7 +378,7 @@ func (w *Wheel[V]) Reschedule(id string, due time.Time) bool {
 // Get returns the pending entry's due time and value.
 func (w *Wheel[V]) Get(id string) (due time.Time, v V, ok bool) {
 	w.flush()
-	_, i, ok := find(&w.index, &w.slab, id, w.index.hash(id))
+	i, ok := lookup(&w.index, &w.slab, id)
 	if !ok {
 		return time.Time{}, v, false
 	}

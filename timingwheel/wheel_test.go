@@ -503,3 +503,57 @@ func TestNextFreesZombies(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIndexMove: when the index outgrows its table, entries move to the new
+// one a few per insert; lookups find both moved and unmoved entries, and the
+// position an entry leaves behind in the old table never matches again, even
+// for the same id in the same node.
+func TestIndexMove(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	check := func() {
+		t.Helper()
+		if err := w.check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Add("a", ms(1), 0) // node 0, the first a move visits
+	w.Len()
+	k := 0
+	for ; !w.index.moving(); k++ {
+		w.Add(fmt.Sprint(k), ms(1000), k)
+		w.Len() // index each Add on its own: one insert, one move step
+		check()
+	}
+	if n := w.slab.at(0); n.pos&posTable != w.index.bit {
+		t.Fatalf("a (pos %#x) has not moved to the current table (bit %#x)", n.pos, w.index.bit)
+	}
+	for j := range k {
+		if _, v, ok := w.Get(fmt.Sprint(j)); !ok || v != j {
+			t.Fatalf("Get(%d) = %d %v while moving", j, v, ok)
+		}
+	}
+	// Fire a: node 0 goes back to the free list; the old table still holds
+	// a's former position, and entries are still moving.
+	if got := ids(collect(t, w, ms(1))); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("fired %v, want [a]", got)
+	}
+	if !w.index.moving() {
+		t.Fatal("the move ended early: the test needs it in progress")
+	}
+	w.Add("a", ms(2), 1) // reuses node 0
+	if w.Len(); w.slab.at(0).idLen == 0 {
+		t.Fatal("a is not in node 0")
+	}
+	check()
+	if _, v, ok := w.Get("a"); !ok || v != 1 {
+		t.Fatalf("Get(a) = %d %v", v, ok)
+	}
+	for ; w.index.moving(); k++ {
+		w.Add(fmt.Sprint(k), ms(1000), k)
+		check()
+	}
+	if got := len(collect(t, w, ms(1000))); got != k+1 {
+		t.Fatalf("fired %d, want %d", got, k+1)
+	}
+}
