@@ -20,8 +20,8 @@ const (
 // node: a lookup is one read of the index and one of the node. Longer ids are
 // kept in slab.long. The slab then holds no pointers (for a V without
 // pointers), so the garbage collector never scans it. The id's hash is not
-// kept: a lookup compares the id itself (in the node), and only a rebuild of
-// the index hashes ids again.
+// kept: a lookup compares the id itself (in the node), and only moving the
+// entries to a new index table hashes ids again.
 type node[V any] struct {
 	v     V
 	next  int32  // list successor or listEnd, inHeap, zombie, or free-list link

@@ -302,12 +302,12 @@ func BenchmarkStall(b *testing.B) {
 }
 
 // BenchmarkGrowth adds entries one at a time (uniform 1s-5m) until the index
-// has grown past 1.57M, where it rebuilds, and reports the slowest single
-// Add (`max-ms`): the stall an owner's loop sees when the wheel grows. Wheel
-// only; no sleeping.
+// has grown past 1.57M, where its table doubles and entries start moving to
+// the new one, and reports the slowest single Add (`max-ms`): the stall an
+// owner's loop sees when the wheel grows. Wheel only; no sleeping.
 func BenchmarkGrowth(b *testing.B) {
 	once(b, func() map[string]float64 {
-		const n = 1_600_000 // past the rebuild at 3/4 of 2^21 positions
+		const n = 1_600_000 // past the growth at 3/4 of 2^21 positions
 		more := make([]string, n-len(ids))
 		for k := range more {
 			more[k] = "task-" + strconv.Itoa(len(ids)+k) + "-0123456789"
@@ -330,5 +330,55 @@ func BenchmarkGrowth(b *testing.B) {
 			worst = max(worst, time.Since(t0))
 		}
 		return map[string]float64{"max-ms": float64(worst) / float64(time.Millisecond)}
+	})
+}
+
+// BenchmarkChurn runs the wheel in a steady state on synthetic time: 1M
+// pending (uniform 1s-5m), then 20 simulated minutes in 1ms steps, each step
+// adding 7 entries (uniform 1s-5m, about the rate at which 1M such entries
+// fall due) and calling Advance: 8.4M adds, 8.3M fires. Tombstones build up
+// in the index meanwhile, and it moves to a new table at least once.
+// Reported: the slowest single Add and Advance (`max-add-ms`,
+// `max-advance-ms`) and how many Advances took over 5ms (`over5ms`): the
+// stalls an owner's loop sees in steady operation. Wheel only; no sleeping.
+func BenchmarkChurn(b *testing.B) {
+	once(b, func() map[string]float64 {
+		start := time.Unix(1000, 0)
+		w := timingwheel.New[uint32](start, timingwheel.Options{})
+		r := rand.New(rand.NewPCG(9, 9))
+		delay := func() time.Duration { return dists[1].delay(r) }
+		for k := range pending {
+			w.Add(ids[k], start.Add(delay()), uint32(k))
+		}
+		w.Len()
+		runtime.GC()
+		var worstAdd, worstAdv time.Duration
+		slow, fired, k := 0, 0, 0
+		batch := make([]string, 7)
+		for step := 1; step <= 20*60*1000; step++ {
+			now := start.Add(time.Duration(step) * time.Millisecond)
+			for j := range batch { // not timed
+				batch[j] = "churn-" + strconv.Itoa(k) + "-0123456789"
+				k++
+			}
+			for _, id := range batch {
+				due := now.Add(delay())
+				t0 := time.Now()
+				w.Add(id, due, 0)
+				worstAdd = max(worstAdd, time.Since(t0))
+			}
+			t0 := time.Now()
+			w.Advance(now, func(string, time.Time, uint32) { fired++ })
+			d := time.Since(t0)
+			worstAdv = max(worstAdv, d)
+			if d > 5*time.Millisecond {
+				slow++
+			}
+		}
+		if fired+w.Len() != pending+k {
+			b.Fatalf("fired %d, pending %d, added %d", fired, w.Len(), pending+k)
+		}
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		return map[string]float64{"max-add-ms": ms(worstAdd), "max-advance-ms": ms(worstAdv), "over5ms": float64(slow)}
 	})
 }
