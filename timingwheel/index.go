@@ -263,9 +263,9 @@ func (x *index) deleteOld(pos uint32) {
 // when the current one is full. Its entries then move over a few at a time
 // (moveStep): nodes of the slab are visited moveAhead times as fast as
 // inserts fill the new table, so the old one is empty long before the new
-// one could fill. If entries are still moving when it fills anyway (many
-// inserts of a few entries in a slab with many free nodes), the index is
-// rebuilt at once.
+// one could fill. If entries are still moving when it fills anyway (a table
+// of a few dozen positions, which one flush of queued entries can fill before
+// its move step runs), the index is rebuilt at once.
 func grow[V any](x *index, s *slab[V]) {
 	n := minIndexSlots
 	for n < 2*(x.count+1) {
@@ -282,7 +282,7 @@ func grow[V any](x *index, s *slab[V]) {
 	// Entries that move and inserts both take positions: the new table is
 	// full after at least n/4 inserts, and the move visits every node of the
 	// slab within n/(4*moveAhead).
-	x.step = int(s.used)*4*moveAhead/n + 1
+	x.step = int(int64(s.used)*4*moveAhead/int64(n)) + 1
 	if x.oldLive == 0 {
 		x.old = table{}
 	}
