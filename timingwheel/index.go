@@ -16,8 +16,9 @@ import (
 // so it stays in cache where a table of wider slots would not: adding a new id
 // costs no cache miss on a load (the write into nodes does not stall), and a
 // lookup reads one nodes entry and one node per tag match. Deletion leaves a
-// tombstone, so entries never move and each node keeps its position
-// (node.pos): removing by handle or firing touches only the tag byte.
+// tombstone, so entries never move within a table and each node keeps its
+// position (node.pos): removing by handle or firing touches only the tag
+// byte.
 //
 // When the used positions of the table (live entries and tombstones) pass
 // three quarters, a new table, sized for twice the live entries, takes the
@@ -49,6 +50,7 @@ type table struct {
 }
 
 // posTable is the bit of node.pos that names the table a position is in.
+// Tables stay far below 1<<31 positions, so no position is unindexed.
 const posTable = 1 << 31
 
 const (
