@@ -88,6 +88,17 @@ func (s *side) timed(f func()) {
 	s.faults += minorFaults() - f0
 }
 
+// alternate times one batch of each side, the wheel first on even turns.
+func alternate(turn int, w, a *side, wheel, after func()) {
+	if turn%2 == 0 {
+		w.timed(wheel)
+		a.timed(after)
+		return
+	}
+	a.timed(after)
+	w.timed(wheel)
+}
+
 // pairedSchedule adds n new entries to each side and returns what each took.
 func pairedSchedule(n int, p *pair, d dist) (w, a side) {
 	r := rand.New(rand.NewPCG(2, 2))
@@ -117,13 +128,7 @@ func pairedSchedule(n int, p *pair, d dist) (w, a side) {
 	runtime.GC() // no GC cycle of the setup's garbage runs into the timed part
 	for turn := 0; lo < n; lo, turn = hi, turn+1 {
 		hi = min(lo+pairedBatch, n)
-		if turn%2 == 0 {
-			w.timed(wheel)
-			a.timed(after)
-		} else {
-			a.timed(after)
-			w.timed(wheel)
-		}
+		alternate(turn, &w, &a, wheel, after)
 	}
 	return w, a
 }
@@ -152,13 +157,7 @@ func pairedCancel(n int, p *pair, d dist) (w, a side) {
 			}
 		}
 		p.w.prepare(victims) // fresh copies of the ids, as the owner holds them
-		if turn%2 == 0 {
-			w.timed(wheel)
-			a.timed(after)
-		} else {
-			a.timed(after)
-			w.timed(wheel)
-		}
+		alternate(turn, &w, &a, wheel, after)
 		for _, k := range victims {
 			p.add(k, d.delay(r))
 		}
