@@ -184,8 +184,9 @@ func (w *Wheel[V]) fireList(list int, n int64, fire func(id string, due time.Tim
 	}
 	tail := w.tails[list]
 	// ahead runs lookahead entries before i and prefetches the index
-	// position each will clear: a hint only (fire may change the list), so
-	// that the cache misses of upcoming fires overlap.
+	// position each will clear: a hint only (fire may change the list, and
+	// for an entry still in an old index table being drained it names a line
+	// of the current one), so that the cache misses of upcoming fires overlap.
 	const lookahead = 8
 	ahead := tail
 	for k := 0; k < lookahead && ahead >= 0; k++ {

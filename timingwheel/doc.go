@@ -66,5 +66,9 @@
 // the new table also probes the old one, and both tables are held (at most
 // twice the index's memory). Re-inserting every entry at once had stalled one
 // call for 50–90 ms at 1.5M entries; growing past that point now costs the
-// slowest Add 1–4 ms, mostly allocating the new table.
+// slowest Add 1–5 ms, mostly allocating the new table. The move finds entries
+// by scanning the slab, whose size is the most entries the wheel has held at
+// once: a wheel that once held millions and now holds a few hundred scans all
+// of it within a few inserts, as the old rebuild did (its table, sized for the
+// old peak, rarely fills with so few entries).
 package timingwheel

@@ -197,7 +197,8 @@ func (w *Wheel[V]) add(id string, due int64, v V) int32 {
 	pos := h & w.index.mask
 	prefetch2(unsafe.Pointer(&w.index.tags[pos]), unsafe.Pointer(&w.index.nodes[pos]))
 	if x := &w.index; x.moving() {
-		// findNew probes the old table too when the id is not in the current one.
+		// flush looks an id up in the old table too (findOld) when the current
+		// one does not hold it.
 		p := h & x.old.mask
 		prefetch2(unsafe.Pointer(&x.old.tags[p]), unsafe.Pointer(&x.old.nodes[p]))
 	}
