@@ -557,3 +557,35 @@ func TestIndexMove(t *testing.T) {
 		t.Fatalf("fired %d, want %d", got, k+1)
 	}
 }
+
+// TestIndexGrowsInSteps: past a few dozen entries, growing the index never
+// re-inserts everything in one call. Each Add, indexed on its own, moves at
+// most step entries of the old table, and a new table always starts with a
+// move rather than a rebuild.
+func TestIndexGrowsInSteps(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	x := &w.index
+	grows := 0
+	for k := range 100_000 {
+		size, oldLive := len(x.tags), x.oldLive
+		w.Add(fmt.Sprint(k), ms(float64(1000+k%5000)), k)
+		w.Len() // index this Add now
+		if len(x.tags) != size {
+			grows++
+			if !x.moving() && size >= 64 {
+				t.Fatalf("Add %d: the index went from %d to %d positions at once", k, size, len(x.tags))
+			}
+			continue
+		}
+		if moved := oldLive - x.oldLive; moved > x.step {
+			t.Fatalf("Add %d moved %d entries, more than a step of %d", k, moved, x.step)
+		}
+	}
+	if grows < 10 {
+		t.Fatalf("the index grew %d times, want the test to see many", grows)
+	}
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+}
