@@ -13,6 +13,11 @@ import (
 type pair struct {
 	w *wheelSched
 	a *afterFuncSched
+	// For op=steady: the ids pending on both sides, where each sits in
+	// live, and the ids not pending.
+	live []int
+	at   []int32
+	free []int
 }
 
 func (p *pair) add(k int, d time.Duration) { p.w.add(k, d); p.a.add(k, d) }
@@ -35,7 +40,14 @@ const pairedBatch = 1024
 //     as impl=wheel-owner) against time.AfterFunc;
 //   - op=cancel: the wheel's Remove by id, the caller holding a fresh copy of
 //     the id (as by=id-owner), against Timer.Stop of a random older timer
-//     (as afterfunc/by=handle); cancelled entries are re-added, untimed.
+//     (as afterfunc/by=handle); cancelled entries are re-added, untimed;
+//   - op=steady: op=schedule in a steady state. Before the sample, 1.2M
+//     cancels of random pending entries, each followed by an add, run on
+//     both sides (untimed), so that AfterFunc's timer heap has reached the
+//     capacity this churn needs and the wheel reuses the nodes of cancelled
+//     entries (its sweep frees them once they outnumber the pending ones);
+//     then each timed batch of 1024 adds is followed by 1024 such cancels,
+//     untimed, keeping 1M pending. Neither side grows while it is timed.
 //
 // Reported: wheel-ns/op and afterfunc-ns/op (each side's mean over the
 // sample) and ratio, their quotient; wheel-faults/op and afterfunc-faults/op,
@@ -43,23 +55,29 @@ const pairedBatch = 1024
 // yet) per operation of each side, which on a virtual machine cost a few
 // microseconds each. ns/op is 0: it would mix the two.
 func BenchmarkPaired(b *testing.B) {
-	for _, op := range []string{"schedule", "cancel"} {
+	for _, op := range []string{"schedule", "cancel", "steady"} {
 		for _, d := range dists {
 			b.Run("op="+op+"/dist="+d.name, func(b *testing.B) {
 				if op == "schedule" && b.N > extra {
 					b.Fatalf("b.N %d > %d spare ids: use -benchtime=%dx or less", b.N, extra, extra)
 				}
 				p := fixture(b, func() scheduler {
-					p := &pair{newWheel(), newAfterFunc(false)}
+					p := &pair{w: newWheel(), a: newAfterFunc(false)}
 					fill(p, d, 1)
+					if op == "steady" {
+						p.churnSetup(d)
+					}
 					return p
 				}).(*pair)
 				b.StopTimer()
 				var w, a side
-				if op == "schedule" {
+				switch op {
+				case "schedule":
 					w, a = pairedSchedule(b.N, p, d)
-				} else {
+				case "cancel":
 					w, a = pairedCancel(b.N, p, d)
+				default:
+					w, a = pairedSteady(b.N, p, d)
 				}
 				n := float64(b.N)
 				b.ReportMetric(float64(w.took.Nanoseconds())/n, "wheel-ns/op")
@@ -160,6 +178,86 @@ func pairedCancel(n int, p *pair, d dist) (w, a side) {
 		alternate(turn, &w, &a, wheel, after)
 		for _, k := range victims {
 			p.add(k, d.delay(r))
+		}
+	}
+	return w, a
+}
+
+// steadyWarmup is how many cancel-and-add steps run on both sides before an
+// op=steady sample: more than the 1M pending, so the wheel's sweep of
+// cancelled entries has started.
+const steadyWarmup = 1_200_000
+
+// churnSetup makes p's pending ids [0, pending) and its free ids the rest,
+// then runs the warm-up churn.
+func (p *pair) churnSetup(d dist) {
+	p.live = make([]int, pending)
+	p.at = make([]int32, pending+extra)
+	for k := range pending {
+		p.live[k], p.at[k] = k, int32(k)
+	}
+	for k := pending; k < pending+extra; k++ {
+		p.free, p.at[k] = append(p.free, k), -1
+	}
+	r := rand.New(rand.NewPCG(4, 4))
+	for range steadyWarmup {
+		p.cancelRandom(r)
+		k := p.take()
+		p.add(k, d.delay(r))
+	}
+}
+
+// cancelRandom cancels a random pending id on both sides.
+func (p *pair) cancelRandom(r *rand.Rand) {
+	j := r.IntN(len(p.live))
+	k := p.live[j]
+	p.cancel(k)
+	last := p.live[len(p.live)-1]
+	p.live[j], p.at[last] = last, int32(j)
+	p.live = p.live[:len(p.live)-1]
+	p.at[k] = -1
+	p.free = append(p.free, k)
+}
+
+// take returns a free id, recorded as pending.
+func (p *pair) take() int {
+	k := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	p.at[k] = int32(len(p.live))
+	p.live = append(p.live, k)
+	return k
+}
+
+// pairedSteady adds n entries to each side in batches, cancelling as many
+// random pending ones after each batch (untimed), and returns what the adds
+// took on each side.
+func pairedSteady(n int, p *pair, d dist) (w, a side) {
+	r := rand.New(rand.NewPCG(5, uint64(n)))
+	batch := make([]int, 0, pairedBatch)
+	delays := make([]time.Duration, pairedBatch)
+	wheel := func() {
+		var now time.Time
+		for j, k := range batch {
+			if j%ownerClockEvery == 0 {
+				now = time.Now()
+			}
+			p.w.w.Add(ids[k], now.Add(delays[j]), uint32(k))
+		}
+	}
+	after := func() {
+		for j, k := range batch {
+			p.a.add(k, delays[j])
+		}
+	}
+	for i, turn := 0, 0; i < n; i, turn = i+pairedBatch, turn+1 {
+		batch = batch[:0]
+		for j := 0; j < min(pairedBatch, n-i); j++ {
+			batch = append(batch, p.take())
+			delays[j] = d.delay(r)
+		}
+		alternate(turn, &w, &a, wheel, after)
+		for range batch {
+			p.cancelRandom(r)
 		}
 	}
 	return w, a
