@@ -219,23 +219,10 @@ func (x *index) deleteAt(pos uint32) {
 	x.deleteCur(pos & x.mask)
 }
 
-// deleteCur removes the entry at pos of the current table. It leaves a
-// tombstone unless the next position is empty, in which case no probe passes
-// pos and it and the tombstones just before it become empty.
+// deleteCur removes the entry at pos of the current table.
 func (x *index) deleteCur(pos uint32) {
 	x.count--
-	if x.tags[(pos+1)&x.mask] != tagEmpty {
-		x.tags[pos] = tagDeleted
-		return
-	}
-	for {
-		x.tags[pos] = tagEmpty
-		x.used--
-		pos = (pos - 1) & x.mask
-		if x.tags[pos] != tagDeleted {
-			return
-		}
-	}
+	x.used -= x.table.clear(pos)
 }
 
 // deleteOld removes the entry at pos of the old table, and the old table
@@ -244,20 +231,27 @@ func (x *index) deleteCur(pos uint32) {
 //go:noinline
 func (x *index) deleteOld(pos uint32) {
 	x.count--
-	t := &x.old
-	if t.tags[(pos+1)&t.mask] != tagEmpty {
-		t.tags[pos] = tagDeleted
-	} else {
-		for {
-			t.tags[pos] = tagEmpty
-			pos = (pos - 1) & t.mask
-			if t.tags[pos] != tagDeleted {
-				break
-			}
-		}
-	}
+	x.old.clear(pos)
 	if x.oldLive--; x.oldLive == 0 {
 		x.old = table{}
+	}
+}
+
+// clear empties position pos and returns how many positions became empty.
+// It leaves a tombstone unless the next position is empty, in which case no
+// probe passes pos and it and the tombstones just before it become empty.
+func (t *table) clear(pos uint32) (emptied int) {
+	if t.tags[(pos+1)&t.mask] != tagEmpty {
+		t.tags[pos] = tagDeleted
+		return 0
+	}
+	for {
+		t.tags[pos] = tagEmpty
+		emptied++
+		pos = (pos - 1) & t.mask
+		if t.tags[pos] != tagDeleted {
+			return emptied
+		}
 	}
 }
 
