@@ -128,27 +128,38 @@ func pairedSchedule(n int, p *pair, d dist) (w, a side) {
 	if n == 1 {
 		base = pending + extra - 1 // keep the ids of the main run unused
 	}
-	var lo, hi int
+	batch := make([]int, 0, pairedBatch)
+	runtime.GC() // no GC cycle of the setup's garbage runs into the timed part
+	for lo, turn := 0, 0; lo < n; lo, turn = lo+pairedBatch, turn+1 {
+		hi := min(lo+pairedBatch, n)
+		batch = batch[:0]
+		for i := lo; i < hi; i++ {
+			batch = append(batch, base+i)
+		}
+		p.addBatch(turn, &w, &a, batch, delays[lo:hi])
+	}
+	return w, a
+}
+
+// addBatch adds the ids ks (k-th due delays[k] from now) to each side, each
+// side timed on its own, the wheel as its owner adds (one clock read per
+// ownerClockEvery adds).
+func (p *pair) addBatch(turn int, w, a *side, ks []int, delays []time.Duration) {
 	wheel := func() {
 		var now time.Time
-		for i := lo; i < hi; i++ {
-			if (i-lo)%ownerClockEvery == 0 {
+		for j, k := range ks {
+			if j%ownerClockEvery == 0 {
 				now = time.Now()
 			}
-			p.w.w.Add(ids[base+i], now.Add(delays[i]), uint32(base+i))
+			p.w.w.Add(ids[k], now.Add(delays[j]), uint32(k))
 		}
 	}
 	after := func() {
-		for i := lo; i < hi; i++ {
-			p.a.add(base+i, delays[i])
+		for j, k := range ks {
+			p.a.add(k, delays[j])
 		}
 	}
-	runtime.GC() // no GC cycle of the setup's garbage runs into the timed part
-	for turn := 0; lo < n; lo, turn = hi, turn+1 {
-		hi = min(lo+pairedBatch, n)
-		alternate(turn, &w, &a, wheel, after)
-	}
-	return w, a
+	alternate(turn, w, a, wheel, after)
 }
 
 // pairedCancel cancels n random older entries on each side, re-adding them
@@ -235,27 +246,13 @@ func pairedSteady(n int, p *pair, d dist) (w, a side) {
 	r := rand.New(rand.NewPCG(5, uint64(n)))
 	batch := make([]int, 0, pairedBatch)
 	delays := make([]time.Duration, pairedBatch)
-	wheel := func() {
-		var now time.Time
-		for j, k := range batch {
-			if j%ownerClockEvery == 0 {
-				now = time.Now()
-			}
-			p.w.w.Add(ids[k], now.Add(delays[j]), uint32(k))
-		}
-	}
-	after := func() {
-		for j, k := range batch {
-			p.a.add(k, delays[j])
-		}
-	}
 	for i, turn := 0, 0; i < n; i, turn = i+pairedBatch, turn+1 {
 		batch = batch[:0]
 		for j := 0; j < min(pairedBatch, n-i); j++ {
 			batch = append(batch, p.take())
 			delays[j] = d.delay(r)
 		}
-		alternate(turn, &w, &a, wheel, after)
+		p.addBatch(turn, &w, &a, batch, delays[:len(batch)])
 		for range batch {
 			p.cancelRandom(r)
 		}
