@@ -107,8 +107,13 @@ func newAfterFunc(withIndex bool) *afterFuncSched {
 	return s
 }
 
+// start starts the timer of id k, due d from now, and returns it.
+func (s *afterFuncSched) start(k int, d time.Duration) *time.Timer {
+	return time.AfterFunc(d, func() { onFire.Add(int64(k) & 1) })
+}
+
 func (s *afterFuncSched) add(k int, d time.Duration) {
-	t := time.AfterFunc(d, func() { onFire.Add(int64(k) & 1) })
+	t := s.start(k, d)
 	s.timers[k] = t
 	if s.byID != nil {
 		s.byID[ids[k]] = t
