@@ -47,7 +47,10 @@ const pairedBatch = 1024
 //     capacity this churn needs and the wheel reuses the nodes of cancelled
 //     entries (its sweep frees them once they outnumber the pending ones);
 //     then each timed batch of 1024 adds is followed by 1024 such cancels,
-//     untimed, keeping 1M pending. Neither side grows while it is timed.
+//     untimed, keeping 1M pending. A sample times at least steadyMin adds,
+//     whatever b.N. The wheel does not grow while it is timed; AfterFunc's
+//     heap sometimes still does in the first sample of a run (its page
+//     faults show it).
 //
 // Reported: wheel-ns/op and afterfunc-ns/op (each side's mean over the
 // sample) and ratio, their quotient; wheel-faults/op and afterfunc-faults/op,
@@ -71,20 +74,22 @@ func BenchmarkPaired(b *testing.B) {
 				}).(*pair)
 				b.StopTimer()
 				var w, a side
+				n := b.N
 				switch op {
 				case "schedule":
 					w, a = pairedSchedule(b.N, p, d)
 				case "cancel":
 					w, a = pairedCancel(b.N, p, d)
 				default:
-					w, a = pairedSteady(b.N, p, d)
+					n = steadyAdds(b.N)
+					w, a = pairedSteady(n, p, d)
 				}
-				n := float64(b.N)
-				b.ReportMetric(float64(w.took.Nanoseconds())/n, "wheel-ns/op")
-				b.ReportMetric(float64(a.took.Nanoseconds())/n, "afterfunc-ns/op")
+				ops := float64(n)
+				b.ReportMetric(float64(w.took.Nanoseconds())/ops, "wheel-ns/op")
+				b.ReportMetric(float64(a.took.Nanoseconds())/ops, "afterfunc-ns/op")
 				b.ReportMetric(float64(w.took)/float64(a.took), "ratio")
-				b.ReportMetric(float64(w.faults)/n, "wheel-faults/op")
-				b.ReportMetric(float64(a.faults)/n, "afterfunc-faults/op")
+				b.ReportMetric(float64(w.faults)/ops, "wheel-faults/op")
+				b.ReportMetric(float64(a.faults)/ops, "afterfunc-faults/op")
 				b.ReportMetric(0, "ns/op")
 			})
 		}
@@ -190,6 +195,7 @@ func pairedCancel(n int, p *pair, d dist) (w, a side) {
 			p.a.cancelHandle(k)
 		}
 	}
+	runtime.GC() // as in pairedSchedule
 	for i, turn := 0, 0; i < n; i, turn = i+pairedBatch, turn+1 {
 		victims = victims[:0]
 		for len(victims) < min(pairedBatch, n-i) {
@@ -252,6 +258,21 @@ func (p *pair) take() int {
 	return k
 }
 
+// steadyMin is the fewest adds an op=steady sample times, whatever b.N:
+// AfterFunc's cost in this churn swings over windows of 100k adds (about 175
+// to 300 ns per add, for reasons inside the runtime's timers that I did not
+// pin down), and a window of 1M averages the swings out.
+const steadyMin = 1_000_000
+
+// steadyAdds is how many adds an op=steady sample of b.N times: at least
+// steadyMin, except in the framework's b.N = 1 probe.
+func steadyAdds(bN int) int {
+	if bN == 1 {
+		return 1
+	}
+	return max(bN, steadyMin)
+}
+
 // pairedSteady adds n entries to each side in batches, cancelling as many
 // random pending ones after each batch (untimed), and returns what the adds
 // took on each side.
@@ -259,6 +280,7 @@ func pairedSteady(n int, p *pair, d dist) (w, a side) {
 	r := rand.New(rand.NewPCG(5, uint64(n)))
 	batch := make([]int, 0, pairedBatch)
 	delays := make([]time.Duration, pairedBatch)
+	runtime.GC() // as in pairedSchedule
 	for i, turn := 0, 0; i < n; i, turn = i+pairedBatch, turn+1 {
 		batch = batch[:0]
 		for j := 0; j < min(pairedBatch, n-i); j++ {
