@@ -13,10 +13,8 @@ import (
 type pair struct {
 	w *wheelSched
 	a *afterFuncSched
-	// For op=steady: the ids pending on both sides, where each sits in
-	// live, and the ids not pending.
+	// For op=steady: the ids pending on both sides, and the ids not pending.
 	live []int
-	at   []int32
 	free []int
 }
 
@@ -222,12 +220,11 @@ const steadyWarmup = 1_200_000
 // then runs the warm-up churn.
 func (p *pair) churnSetup(d dist) {
 	p.live = make([]int, pending)
-	p.at = make([]int32, pending+extra)
 	for k := range pending {
-		p.live[k], p.at[k] = k, int32(k)
+		p.live[k] = k
 	}
 	for k := pending; k < pending+extra; k++ {
-		p.free, p.at[k] = append(p.free, k), -1
+		p.free = append(p.free, k)
 	}
 	r := rand.New(rand.NewPCG(4, 4))
 	for range steadyWarmup {
@@ -242,10 +239,8 @@ func (p *pair) cancelRandom(r *rand.Rand) {
 	j := r.IntN(len(p.live))
 	k := p.live[j]
 	p.cancel(k)
-	last := p.live[len(p.live)-1]
-	p.live[j], p.at[last] = last, int32(j)
+	p.live[j] = p.live[len(p.live)-1]
 	p.live = p.live[:len(p.live)-1]
-	p.at[k] = -1
 	p.free = append(p.free, k)
 }
 
@@ -253,7 +248,6 @@ func (p *pair) cancelRandom(r *rand.Rand) {
 func (p *pair) take() int {
 	k := p.free[len(p.free)-1]
 	p.free = p.free[:len(p.free)-1]
-	p.at[k] = int32(len(p.live))
 	p.live = append(p.live, k)
 	return k
 }
