@@ -24,6 +24,12 @@ import (
 func (w *Wheel[V]) place(i int32, n *node[V]) {
 	w.seq++
 	n.seq = w.seq
+	w.put(i, n)
+}
+
+// put links node i (n, not linked anywhere, its sequence number set) where
+// its due time belongs.
+func (w *Wheel[V]) put(i int32, n *node[V]) {
 	if n.due <= w.now {
 		w.overdueMin = min(w.overdueMin, n.due)
 		w.pushList(w.overdueList(), i, n)
@@ -45,6 +51,23 @@ func (w *Wheel[V]) file(i int32, n *node[V], t int64) {
 		return
 	}
 	w.heapPush(i, n)
+}
+
+// wheelList is the level-0 or level-1 list where an entry due at d > now
+// belongs, or -1 if d <= now (the overdue list) or d is beyond level 1 (the
+// heap): file's choice, for Add to link the entry without calling it.
+func (w *Wheel[V]) wheelList(d int64) int {
+	if d <= w.now {
+		return -1
+	}
+	t := w.tickOf(d)
+	if t-w.cur <= w.mask0 {
+		return int(t & w.mask0)
+	}
+	if b := t >> w.shift; b-w.cur>>w.shift <= w.mask {
+		return w.level1(b)
+	}
+	return -1
 }
 
 // level1 is the list index of the level-1 slot for block b.

@@ -2,6 +2,7 @@ package timingwheel
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -187,12 +188,43 @@ const unindexed = ^uint32(0)
 const pendMax = 32
 
 func (w *Wheel[V]) add(id string, due int64, v V) int32 {
-	i, n := w.slab.alloc()
+	// The common case is written out here rather than in calls to alloc,
+	// setID and place (each too large for the compiler to inline): a node
+	// from the free list, an inline id, and a wheel slot whose list is not
+	// empty. Each call cost a few ns of an Add of about 100.
+	s := &w.slab
+	i := s.free
+	var n *node[V]
+	if i != nilIdx {
+		n = s.at(i)
+		s.free = n.next
+		n.gen++
+	} else {
+		i, n = s.alloc()
+	}
 	n.v = v
-	w.slab.setID(i, n, id)
+	if len(id) <= idInline {
+		n.idLen = uint8(copy(n.id[:], id))
+	} else {
+		s.setID(i, n, id)
+	}
 	n.due = due
 	n.pos = unindexed
-	w.place(i, n)
+	w.seq++
+	n.seq = w.seq
+	if list := w.wheelList(due); list >= 0 && w.heads[list] != nilIdx {
+		head := w.heads[list]
+		h := s.at(head)
+		h.prev = i
+		n.prev = listHead(list)
+		n.next = head
+		if !w.unsorted[list] && (due < h.due || due == h.due && int32(n.seq-h.seq) < 0) {
+			w.unsorted[list] = true
+		}
+		w.heads[list] = i
+	} else {
+		w.put(i, n)
+	}
 	h := w.index.hash(id)
 	pos := h & w.index.mask
 	prefetch2(unsafe.Pointer(&w.index.tags[pos]), unsafe.Pointer(&w.index.nodes[pos]))
@@ -218,32 +250,93 @@ func (w *Wheel[V]) flush() {
 		return
 	}
 	x := &w.index
-	for _, e := range w.pend {
-		n := w.slab.at(e.i)
-		id := w.slab.idView(e.i, n)
-		pos, j, ok := findNew(x, &w.slab, id, e.h)
-		if ok {
-			x.nodes[pos] = e.i
-			n.pos = pos | x.bit
-			w.drop(j)
-			continue
+	for k := 0; k < len(w.pend); k++ {
+		if !x.moving() {
+			if k += w.flushFast(w.pend[k:]); k == len(w.pend) {
+				break
+			}
 		}
-		if p, j, ok := findOld(x, &w.slab, id, e.h); ok {
-			// Pending in the old table: take it out; the new entry goes
-			// into the current one.
-			x.deleteOld(p)
-			w.drop(j)
-		}
-		x.insertAt(pos, e.i, e.h)
-		n.pos = pos | x.bit
-		if x.full() {
-			grow(x, &w.slab) // leaves the rest of pend unindexed
-		}
+		w.flushOne(w.pend[k])
 	}
 	if x.moving() {
 		moveStep(x, &w.slab, len(w.pend)*x.step)
 	}
 	w.pend = w.pend[:0]
+}
+
+// flushFast indexes queued entries from the start of pend, as long as each
+// one's answer is in the eight tags from its home position: there is an empty
+// position among them and no tag of the entry's hash before it, so its id is
+// not pending, and it takes the first tombstone before that empty position,
+// else the empty one. It returns how many it indexed; it stops at the first
+// entry that needs a full probe (flushOne), and after the one that fills the
+// table. The caller makes sure no old table is in play.
+//
+// This is how nearly every queued entry is indexed when the table is at most
+// three quarters full: written out, with the table's fields in locals, it
+// costs about half of the general probe (findNew) that it spares.
+func (w *Wheel[V]) flushFast(pend []pendEntry) int {
+	x := &w.index
+	tags, nodes, mask, bit := x.tags, x.nodes, x.mask, x.bit
+	used, count := x.used, x.count
+	k := 0
+	for ; k < len(pend); k++ {
+		e := pend[k]
+		pos := e.h & mask
+		if int(pos)+8 > len(tags) {
+			break
+		}
+		g := binary.LittleEndian.Uint64(tags[pos:])
+		tag := tagOf(e.h)
+		empty := zeroBytes(g)
+		first := empty & -empty
+		if empty == 0 || zeroBytes(g^(lowBytes*uint64(tag)))&(first-1) != 0 {
+			break
+		}
+		at, fresh := first, 1
+		if d := zeroBytes(g^(lowBytes*tagDeleted)) & (first - 1); d != 0 {
+			at, fresh = d&-d, 0
+		}
+		pos += uint32(bits.TrailingZeros64(at) / 8)
+		tags[pos] = tag
+		nodes[pos] = e.i
+		used += fresh
+		count++
+		w.slab.at(e.i).pos = pos | bit
+		if used*4 > len(tags)*3 {
+			x.used, x.count = used, count
+			grow(x, &w.slab)
+			return k + 1
+		}
+	}
+	x.used, x.count = used, count
+	return k
+}
+
+// flushOne indexes queued entry e with a full probe of both tables: one
+// whose id is already pending replaces that entry, which is dropped.
+func (w *Wheel[V]) flushOne(e pendEntry) {
+	x := &w.index
+	n := w.slab.at(e.i)
+	id := w.slab.idView(e.i, n)
+	pos, j, ok := findNew(x, &w.slab, id, e.h)
+	if ok {
+		x.nodes[pos] = e.i
+		n.pos = pos | x.bit
+		w.drop(j)
+		return
+	}
+	if p, j, ok := findOld(x, &w.slab, id, e.h); ok {
+		// Pending in the old table: take it out; the new entry goes
+		// into the current one.
+		x.deleteOld(p)
+		w.drop(j)
+	}
+	x.insertAt(pos, e.i, e.h)
+	n.pos = pos | x.bit
+	if x.full() {
+		grow(x, &w.slab) // leaves the rest of pend unindexed
+	}
 }
 
 // Remove cancels id; false if not pending (never added, already fired, or removed).
