@@ -97,24 +97,32 @@ func endList(next int32) int  { return int(-next - 4) }
 // A node due before the head, or tied with it and inserted earlier (a
 // cascade keeps sequence numbers), marks the list unsorted until it empties.
 func (w *Wheel[V]) pushList(list int, i int32, n *node[V]) {
-	head := w.heads[list]
 	n.prev = listHead(list)
-	if head != nilIdx {
-		h := w.slab.at(head)
-		h.prev = i
-		n.next = head
-		// Checking the flag first keeps a list of random due times from
-		// paying an unpredictable comparison on every push.
-		if !w.unsorted[list] && (n.due < h.due || n.due == h.due && int32(n.seq-h.seq) < 0) {
-			w.unsorted[list] = true
-		}
-	} else {
-		n.next = listEnd(list)
-		w.tails[list] = i
-		w.unsorted[list] = false
-		if list < w.overdueList() {
-			w.setOccupied(list, true)
-		}
+	if head := w.heads[list]; head != nilIdx {
+		w.pushFront(list, i, n, head)
+		return
+	}
+	n.next = listEnd(list)
+	w.tails[list] = i
+	w.unsorted[list] = false
+	if list < w.overdueList() {
+		w.setOccupied(list, true)
+	}
+	w.heads[list] = i
+}
+
+// pushFront links node i (n, its prev already listHead(list)) at the head
+// of a list whose first node is head. A node due before the head, or tied
+// with it and inserted earlier (a cascade keeps sequence numbers), marks the
+// list unsorted until it empties; checking the flag first keeps a list of
+// random due times from paying an unpredictable comparison on every push.
+// Small enough to inline into Add.
+func (w *Wheel[V]) pushFront(list int, i int32, n *node[V], head int32) {
+	h := w.slab.at(head)
+	h.prev = i
+	n.next = head
+	if !w.unsorted[list] && (n.due < h.due || n.due == h.due && int32(n.seq-h.seq) < 0) {
+		w.unsorted[list] = true
 	}
 	w.heads[list] = i
 }
