@@ -1,7 +1,6 @@
 package timingwheel
 
 import (
-	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
 	"unsafe"
@@ -160,7 +159,7 @@ func findNew[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i in
 			// time from the start, which gives the same answer.
 			return find(x, s, id, h)
 		}
-		g := binary.LittleEndian.Uint64(x.tags[pos:])
+		g := load64(x.tags[pos:])
 		path := ^uint64(0) // bytes before the group's first empty one
 		if e := zeroBytes(g); e != 0 {
 			path = e&-e - 1
@@ -186,6 +185,18 @@ func findNew[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i in
 }
 
 const lowBytes = 0x0101010101010101
+
+// load64 is binary.LittleEndian.Uint64, written out (the compiler turns it
+// into one load). A generic function compiled for a caller's type argument
+// in the caller's package does not inline calls into encoding/binary: the
+// wheel's code for Wheel[uint32] in another package called Uint64 once per
+// probe, spilling the loop's registers around each call. Calls within this
+// package inline there as they do here.
+func load64(b []byte) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
 
 // zeroBytes has the top bit of each byte of g that is zero set. Above the
 // lowest zero byte it may also flag a byte that is one; callers use only the

@@ -60,7 +60,7 @@ func (w *Wheel[V]) wheelList(d int64) int {
 	if d <= w.now {
 		return -1
 	}
-	t := w.tickOf(d)
+	t := d / w.tick // tickOf(d): d > now >= 0
 	if t-w.cur <= w.mask0 {
 		return int(t & w.mask0)
 	}

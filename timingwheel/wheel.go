@@ -2,7 +2,6 @@ package timingwheel
 
 import (
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -280,7 +279,7 @@ func (w *Wheel[V]) flushFast(pend []pendEntry) int {
 		if int(pos)+8 > len(tags) {
 			break
 		}
-		g := binary.LittleEndian.Uint64(tags[pos:])
+		g := load64(tags[pos:])
 		tag := tagOf(e.h)
 		empty := zeroBytes(g)
 		first := empty & -empty
