@@ -266,8 +266,9 @@ func (w *Wheel[V]) flush() {
 // table. The caller makes sure no old table is in play.
 //
 // This is how nearly every queued entry is indexed when the table is at most
-// three quarters full: written out, with the table's fields in locals, it
-// costs about half of the general probe (findNew) that it spares.
+// three quarters full. Written out, with the table's fields in locals, it
+// measured 26-29 ns per entry inside a churn of Adds and cancels, against 33
+// for the general probe (findNew) that it spares.
 func (w *Wheel[V]) flushFast(pend []pendEntry) int {
 	x := &w.index
 	tags, nodes, mask, bit := x.tags, x.nodes, x.mask, x.bit

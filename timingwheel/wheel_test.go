@@ -558,6 +558,58 @@ func TestIndexMove(t *testing.T) {
 	}
 }
 
+// TestReplaceWhileMoving: adding an id that is pending in the old table,
+// while entries still move out of it, replaces that entry: the new one is
+// indexed in the current table, the old one never fires, and Len counts the
+// id once.
+func TestReplaceWhileMoving(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	k := 0
+	for ; !w.index.moving(); k++ {
+		w.Add(fmt.Sprint(k), ms(1000), k)
+		w.Len() // index each Add on its own
+	}
+	old := -1
+	for j := range k {
+		i, ok := lookup(&w.index, &w.slab, fmt.Sprint(j))
+		if ok && w.slab.at(i).pos&posTable != w.index.bit {
+			old = j
+			break
+		}
+	}
+	if old < 0 {
+		t.Fatal("no entry left in the old table: the test needs one")
+	}
+	id := fmt.Sprint(old)
+	w.Add(id, ms(500), -1)
+	if got := w.Len(); got != k {
+		t.Fatalf("Len = %d after replacing %s, want %d", got, id, k)
+	}
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+	if due, v, ok := w.Get(id); !ok || v != -1 || !due.Equal(ms(500)) {
+		t.Fatalf("Get(%s) = %v %d %v, want %v -1 true", id, due, v, ok, ms(500))
+	}
+	fired := collect(t, w, ms(1000))
+	if len(fired) != k {
+		t.Fatalf("fired %d, want %d", len(fired), k)
+	}
+	n := 0
+	for _, f := range fired {
+		if f.id == id {
+			n++
+			if f.v != -1 {
+				t.Fatalf("%s fired with value %d, the replaced entry's", id, f.v)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%s fired %d times, want once", id, n)
+	}
+}
+
 // TestIndexGrowsInSteps: past a few dozen entries, growing the index never
 // re-inserts everything in one call. Each Add, indexed on its own, moves at
 // most step entries of the old table, and a new table always starts with a
