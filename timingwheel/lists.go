@@ -42,25 +42,16 @@ func (w *Wheel[V]) put(i int32, n *node[V]) {
 // file links node i (n), due at tick t >= cur, into its level-0 or level-1
 // slot, or the heap.
 func (w *Wheel[V]) file(i int32, n *node[V], t int64) {
-	if t-w.cur <= w.mask0 {
-		w.pushList(int(t&w.mask0), i, n)
-		return
-	}
-	if b := t >> w.shift; b-w.cur>>w.shift <= w.mask {
-		w.pushList(w.level1(b), i, n)
+	if list := w.listOf(t); list >= 0 {
+		w.pushList(list, i, n)
 		return
 	}
 	w.heapPush(i, n)
 }
 
-// wheelList is the level-0 or level-1 list where an entry due at d > now
-// belongs, or -1 if d <= now (the overdue list) or d is beyond level 1 (the
-// heap): file's choice, for Add to link the entry without calling it.
-func (w *Wheel[V]) wheelList(d int64) int {
-	if d <= w.now {
-		return -1
-	}
-	t := d / w.tick // tickOf(d): d > now >= 0
+// listOf is the level-0 or level-1 list of tick t >= cur, or -1 if t is
+// beyond level 1 (the heap).
+func (w *Wheel[V]) listOf(t int64) int {
 	if t-w.cur <= w.mask0 {
 		return int(t & w.mask0)
 	}
@@ -68,6 +59,15 @@ func (w *Wheel[V]) wheelList(d int64) int {
 		return w.level1(b)
 	}
 	return -1
+}
+
+// wheelList is the list where Add links an entry due at d: listOf its tick,
+// or -1 if d <= now (the overdue list) or beyond level 1 (the heap).
+func (w *Wheel[V]) wheelList(d int64) int {
+	if d <= w.now {
+		return -1
+	}
+	return w.listOf(d / w.tick) // tickOf(d): d > now >= 0
 }
 
 // level1 is the list index of the level-1 slot for block b.

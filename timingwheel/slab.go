@@ -52,14 +52,25 @@ func (s *slab[V]) at(i int32) *node[V] {
 	return &s.chunks[i>>chunkBits][i&(chunkSize-1)]
 }
 
-// alloc hands out a free node, pending from now on.
-func (s *slab[V]) alloc() (int32, *node[V]) {
-	if i := s.free; i != nilIdx {
-		n := s.at(i)
-		s.free = n.next
-		n.gen++
-		return i, n
+// pop hands out the head of the free list, pending from now on, or nil if
+// the list is empty (then fresh hands out a new node). Small enough to
+// inline into Add.
+func (s *slab[V]) pop() (int32, *node[V]) {
+	i := s.free
+	if i == nilIdx {
+		return nilIdx, nil
 	}
+	n := s.at(i)
+	s.free = n.next
+	n.gen++
+	return i, n
+}
+
+// fresh hands out a node never used before, adding a chunk when the last is
+// full. Kept out of line: Add inlines pop, and only rarely needs fresh.
+//
+//go:noinline
+func (s *slab[V]) fresh() (int32, *node[V]) {
 	i := s.used
 	if int(i>>chunkBits) == len(s.chunks) {
 		s.chunks = append(s.chunks, new([chunkSize]node[V]))

@@ -187,27 +187,16 @@ const unindexed = ^uint32(0)
 const pendMax = 32
 
 func (w *Wheel[V]) add(id string, due int64, v V) int32 {
-	// The common case is written out here rather than in calls to alloc,
-	// setID and place (each too large for the compiler to inline): a node
-	// from the free list, an inline id, and a wheel slot whose list is not
-	// empty (pushFront, which inlines). Each call cost a few ns of an Add of
-	// about 100.
-	s := &w.slab
-	i := s.free
-	var n *node[V]
-	if i != nilIdx {
-		n = s.at(i)
-		s.free = n.next
-		n.gen++
-	} else {
-		i, n = s.alloc()
+	// Add makes no call in its common case: pop, setID, wheelList and
+	// pushFront inline, and a wheel slot whose list is not empty is linked
+	// here rather than by place (too large to inline). Each call cost a few
+	// ns of an Add of about 100.
+	i, n := w.slab.pop()
+	if n == nil {
+		i, n = w.slab.fresh()
 	}
 	n.v = v
-	if len(id) <= idInline {
-		n.idLen = uint8(copy(n.id[:], id))
-	} else {
-		s.setID(i, n, id)
-	}
+	w.slab.setID(i, n, id)
 	n.due = due
 	n.pos = unindexed
 	w.seq++
