@@ -276,14 +276,14 @@ func (w *Wheel[V]) flushFast(pend []pendEntry) int {
 		if empty == 0 || zeroBytes(g^(lowBytes*uint64(tag)))&(first-1) != 0 {
 			break
 		}
-		at, fresh := first, 1
-		if d := zeroBytes(g^(lowBytes*tagDeleted)) & (first - 1); d != 0 {
-			at, fresh = d&-d, 0
-		}
-		pos += uint32(bits.TrailingZeros64(at) / 8)
+		// The first tombstone before the empty position, else the empty one,
+		// without a branch: whether a tombstone is there is unpredictable.
+		at := zeroBytes(g^(lowBytes*tagDeleted))&(first-1) | first
+		sh := uint(bits.TrailingZeros64(at)) &^ 7
+		pos += uint32(sh / 8)
 		tags[pos] = tag
 		nodes[pos] = e.i
-		used += fresh
+		used += 1 - int(g>>sh&0xff) // empty 0, tombstone 1
 		count++
 		w.slab.at(e.i).pos = pos | bit
 		if used*4 > len(tags)*3 {
