@@ -33,6 +33,10 @@
 // read of the index and one of the node. Advance hands fire a string copied
 // out of the node into a shared 2 KB block.
 //
+// An owner that holds the current time and a delay calls AddAfter(id, now,
+// d, v), which is Add(id, now.Add(d), v) without the time.Time arithmetic of
+// now.Add; Add takes an absolute due time.
+//
 // Add is O(1) and defers indexing: it links the entry where it fires and
 // queues it, and the queue (up to 32 entries) is indexed in one pass before
 // anything reads the index. Add prefetches the index position of its entry

@@ -60,7 +60,7 @@ func Example_ownerLoop() {
 				intake = nil
 				continue
 			}
-			w.Add(r.id, time.Now().Add(r.delay), 0)
+			w.AddAfter(r.id, time.Now(), r.delay, 0)
 		case now := <-timer.C:
 			w.Advance(now, func(id string, due time.Time, _ int) {
 				fmt.Println("fire", id, "early:", now.Before(due))

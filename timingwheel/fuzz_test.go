@@ -117,10 +117,14 @@ func runModel(data []byte) error {
 	step = func(reentrant bool) error {
 		op := in.byte()
 		switch op % 8 {
-		case 0, 1: // Add
+		case 0, 1: // Add, or AddAfter from the caller's clock
 			id, due := idOf(in.byte()), dueOf(in.byte())
 			vals++
-			w.Add(id, at(due), vals)
+			if op%8 == 0 {
+				w.Add(id, at(due), vals)
+			} else {
+				w.AddAfter(id, at(clock), time.Duration(due-clock), vals)
+			}
 			m.add(id, due, vals)
 		case 2: // Remove
 			id := idOf(in.byte())

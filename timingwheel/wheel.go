@@ -80,6 +80,8 @@ type Wheel[V any] struct {
 	pend      []pendEntry // added entries not yet indexed; see Add
 	firedDue  int64       // the due time of the last fire, as firedAt
 	firedAt   time.Time
+	lastNow   time.Time // the now of the last AddAfter, and rel(lastNow)
+	lastRel   int64
 }
 
 type fireEntry struct {
@@ -129,6 +131,7 @@ func New[V any](start time.Time, opts Options) *Wheel[V] {
 	}
 	w.slab.free = nilIdx
 	w.firedDue, w.firedAt = 0, start
+	w.lastNow = start
 	w.index.init()
 	return w
 }
@@ -166,6 +169,34 @@ func (w *Wheel[V]) Len() int {
 // memory latency each.
 func (w *Wheel[V]) Add(id string, due time.Time, v V) {
 	w.add(id, w.rel(due), v)
+}
+
+// AddAfter schedules id at d after now, as Add(id, now.Add(d), v) does, for
+// an owner that holds the current time and a delay. It spares the owner the
+// time.Time arithmetic of now.Add, and converts now once for the calls that
+// share it: all in cache (BenchmarkAdd) an Add cost 41 ns this way against
+// 49 with now.Add, and 72-77 against 81-88 with 1M pending (the bench
+// module's Paired op=steady). A due time beyond the range of int64
+// nanoseconds from the wheel's start is clamped to it, as with Add.
+func (w *Wheel[V]) AddAfter(id string, now time.Time, d time.Duration, v V) {
+	w.add(id, w.after(now, d), v)
+}
+
+// after is rel(now.Add(d)), saturating at the ends of int64 as time.Time.Sub
+// does.
+func (w *Wheel[V]) after(now time.Time, d time.Duration) int64 {
+	if now != w.lastNow {
+		w.lastNow, w.lastRel = now, w.rel(now)
+	}
+	r := w.lastRel
+	due := r + int64(d)
+	if d > 0 && due < r {
+		return math.MaxInt64
+	}
+	if d < 0 && due > r {
+		return math.MinInt64
+	}
+	return due
 }
 
 // AddHandle is Add returning a handle to the entry, for RemoveHandle.

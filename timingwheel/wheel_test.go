@@ -2,7 +2,9 @@ package timingwheel
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -154,6 +156,54 @@ func TestAddReplacesPending(t *testing.T) {
 	}
 	if got := collect(t, w, ms(5000)); len(got) != 1 || got[0].v != 2 || w.Len() != 0 {
 		t.Fatalf("fired %v, Len %d", got, w.Len())
+	}
+}
+
+// AddAfter(id, now, d) schedules at now.Add(d), to the nanosecond, for a
+// wall-clock time and for one with a monotonic reading, and saturates where
+// now.Add(d) does.
+func TestAddAfter(t *testing.T) {
+	t.Parallel()
+	delays := []time.Duration{
+		0, 1, 10*time.Millisecond + 700*time.Microsecond, 30 * time.Second,
+		5 * time.Hour, 400 * 24 * time.Hour, -5 * time.Second, -time.Hour,
+		math.MaxInt64, math.MinInt64,
+	}
+	for _, start := range []time.Time{t0, time.Now()} {
+		w := New[int](start, Options{})
+		for k, now := range []time.Time{start, start.Add(1500 * time.Millisecond), start.Add(-time.Minute)} {
+			for i, d := range delays {
+				after, abs := fmt.Sprintf("after-%d-%d", k, i), fmt.Sprintf("abs-%d-%d", k, i)
+				w.AddAfter(after, now, d, i)
+				w.Add(abs, now.Add(d), i)
+				got, v, ok := w.Get(after)
+				want, _, _ := w.Get(abs)
+				if !ok || v != i || got.Sub(start) != want.Sub(start) {
+					t.Errorf("AddAfter(now %v, %v): due %v (ok %v, v %d), Add(now.Add(d)): %v",
+						now.Sub(start), d, got.Sub(start), ok, v, want.Sub(start))
+				}
+			}
+		}
+		// Nothing fires early, and each pair fires together.
+		now := start.Add(30 * time.Second)
+		var gotIDs []string
+		w.Advance(now, func(id string, due time.Time, _ int) {
+			if due.After(now) {
+				t.Errorf("%s fired early: due %v, now %v", id, due.Sub(start), now.Sub(start))
+			}
+			gotIDs = append(gotIDs, id)
+		})
+		afters, abss := 0, 0
+		for _, id := range gotIDs {
+			if strings.HasPrefix(id, "after-") {
+				afters++
+			} else {
+				abss++
+			}
+		}
+		if afters != abss || afters == 0 {
+			t.Errorf("fired %d by AddAfter and %d by Add: %v", afters, abss, gotIDs)
+		}
 	}
 }
 
