@@ -58,21 +58,21 @@ func once(b *testing.B, measure func() map[string]float64) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// owner is a scheduler that also takes an absolute due time, as the bridge
-// passes one computed from a record (origin.Add(offset)).
+// owner is a scheduler that also takes the owner's clock reading and a
+// delay from it, as the bridge has for a record (its origin and offset).
 type owner interface {
-	addAt(k int, due time.Time)
+	addAfter(k int, now time.Time, d time.Duration)
 }
 
 // ownerClockEvery is how many adds share one clock reading in the
 // owner-style schedule run (impl=wheel-owner).
 const ownerClockEvery = 64
 
-// BenchmarkSchedule measures adds with 1M pending. impl=wheel computes each
-// due time with time.Now().Add(delay), one clock read per add as AfterFunc
-// does internally. impl=wheel-owner measures the wheel as the bridge uses it:
-// due = base.Add(delay), with base read from the clock once every
-// ownerClockEvery adds.
+// BenchmarkSchedule measures adds with 1M pending. impl=wheel adds each
+// entry at its delay after time.Now() (AddAfter), one clock read per add as
+// AfterFunc does internally. impl=wheel-owner measures the wheel as the
+// bridge uses it: AddAfter(id, base, delay), with base read from the clock
+// once every ownerClockEvery adds.
 func BenchmarkSchedule(b *testing.B) {
 	type variant struct {
 		name  string
@@ -115,7 +115,7 @@ func BenchmarkSchedule(b *testing.B) {
 						if i%ownerClockEvery == 0 {
 							now = time.Now()
 						}
-						o.addAt(base+i, now.Add(delays[i]))
+						o.addAfter(base+i, now, delays[i])
 					}
 					return
 				}

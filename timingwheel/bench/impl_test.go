@@ -251,10 +251,12 @@ func (s *goZeroSched) close()                     { s.tw.Stop() }
 // wheelByID keeps no handles: what an id-only caller holds.
 type wheelByID struct{ w *timingwheel.Wheel[uint32] }
 
-func (s *wheelByID) add(k int, d time.Duration) { s.w.Add(ids[k], time.Now().Add(d), uint32(k)) }
-func (s *wheelByID) addAt(k int, due time.Time) { s.w.Add(ids[k], due, uint32(k)) }
-func (s *wheelByID) cancel(k int)               { s.w.Remove(ids[k]) }
-func (s *wheelByID) close()                     {}
+func (s *wheelByID) add(k int, d time.Duration) { s.w.AddAfter(ids[k], time.Now(), d, uint32(k)) }
+func (s *wheelByID) addAfter(k int, now time.Time, d time.Duration) {
+	s.w.AddAfter(ids[k], now, d, uint32(k))
+}
+func (s *wheelByID) cancel(k int) { s.w.Remove(ids[k]) }
+func (s *wheelByID) close()       {}
 
 var impls = []struct {
 	name string

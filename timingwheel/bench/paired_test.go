@@ -34,8 +34,9 @@ const pairedBatch = 1024
 // which Schedule and Cancel see as a difference between two benchmarks run
 // a minute apart, falls on both sides alike here.
 //
-//   - op=schedule: the wheel as its owner adds (one clock read per 64 adds,
-//     as impl=wheel-owner, each id a fresh copy) against time.AfterFunc;
+//   - op=schedule: the wheel as its owner adds (AddAfter, one clock read per
+//     64 adds, as impl=wheel-owner, each id a fresh copy) against
+//     time.AfterFunc;
 //   - op=cancel: the wheel's Remove by id, the caller holding a fresh copy of
 //     the id (as by=id-owner), against Timer.Stop of a random older timer
 //     (as afterfunc/by=handle); cancelled entries are re-added, untimed;
@@ -145,9 +146,11 @@ func pairedSchedule(n int, p *pair, d dist) (w, a side) {
 }
 
 // addBatch adds the ids ks (k-th due delays[k] from now) to each side, each
-// side timed on its own, the wheel as its owner adds: one clock read per
-// ownerClockEvery adds, and ids the caller has just made (fresh copies,
-// untimed, as the bridge adds the id of a record it has just decoded).
+// side timed on its own, the wheel as its owner adds: AddAfter with one
+// clock read per ownerClockEvery adds (like AfterFunc it takes the delay,
+// not a due time the caller computes), and ids the caller has just made
+// (fresh copies, untimed, as the bridge adds the id of a record it has just
+// decoded).
 // Reading ids[k] instead, the wheel would also pay for two cache misses
 // per add when op=steady takes the ids of random cancelled entries (the
 // string header, then its bytes), which AfterFunc, taking no id, never
@@ -163,7 +166,7 @@ func (p *pair) addBatch(turn int, w, a *side, ks []int, delays []time.Duration) 
 			if j%ownerClockEvery == 0 {
 				now = time.Now()
 			}
-			p.w.w.Add(p.w.batch[j], now.Add(delays[j]), uint32(k))
+			p.w.w.AddAfter(p.w.batch[j], now, delays[j], uint32(k))
 		}
 	}
 	p.a.batch = slices.Grow(p.a.batch[:0], len(ks))[:len(ks)]
