@@ -135,9 +135,10 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 	}
 }
 
-// mono maps a UTC Unix ms instant onto the monotonic clock.
-func (l *loopState) mono(ms int64) time.Time {
-	return l.origin.Add(time.Duration(ms*int64(time.Millisecond) - l.origin.UnixNano()))
+// index gives id one wheel entry at the UTC Unix ms instant ms, mapped onto the monotonic clock
+// as its offset from origin (AddAfter converts origin once for every call).
+func (l *loopState) index(id string, ms int64, s slot) {
+	l.wheel.AddAfter(id, l.origin, time.Duration(ms*int64(time.Millisecond)-l.origin.UnixNano()), s)
 }
 
 func (l *loopState) nowMs() int64 { return l.b.cfg.Now().UnixMilli() }
@@ -161,14 +162,14 @@ func (l *loopState) apply(ev kvstore.Event) {
 		case t.Status == kvstore.StatusWaiting:
 			if t.DueAt-l.nowMs() <= l.b.cfg.PreRead.Milliseconds() {
 				l.near[id] = &e
-				l.wheel.Add(id, l.mono(t.DueAt), newSlot(e.Revision, jobFire))
+				l.index(id, t.DueAt, newSlot(e.Revision, jobFire))
 			} else {
-				l.wheel.Add(id, l.mono(t.DueAt-l.b.cfg.PreRead.Milliseconds()), newSlot(e.Revision, jobPreRead))
+				l.index(id, t.DueAt-l.b.cfg.PreRead.Milliseconds(), newSlot(e.Revision, jobPreRead))
 			}
 		case t.Status == kvstore.StatusRunning:
-			l.wheel.Add(id, l.mono(t.LeaseUntil), newSlot(e.Revision, jobLease))
+			l.index(id, t.LeaseUntil, newSlot(e.Revision, jobLease))
 		case t.Status.Final():
-			l.wheel.Add(id, l.mono(cmp.Or(t.FinishedAt, t.UpdatedAt)+l.b.cfg.Retention.Milliseconds()), newSlot(e.Revision, jobRetain))
+			l.index(id, cmp.Or(t.FinishedAt, t.UpdatedAt)+l.b.cfg.Retention.Milliseconds(), newSlot(e.Revision, jobRetain))
 		}
 	case kvstore.EventDelete:
 		l.b.fired.drop(ev.ID, ev.Revision)
@@ -195,7 +196,7 @@ func (l *loopState) due(id string, at time.Time, s slot) {
 		// Index the fire itself now; the read result, if it comes in time, only adds the payload.
 		// (near never holds a record whose slot is a pre-read: only apply sets that kind, and it
 		// clears near first; result fills near only under a fire slot.)
-		l.wheel.Add(id, at.Add(l.b.cfg.PreRead), newSlot(s.rev(), jobFire))
+		l.wheel.AddAfter(id, at, l.b.cfg.PreRead, newSlot(s.rev(), jobFire))
 		l.reads = append(l.reads, id)
 		return
 	}
@@ -226,5 +227,5 @@ func (l *loopState) result(r result) {
 	if _, cur, ok := l.wheel.Get(r.id); ok && cur.rev() > r.rev {
 		return // a newer revision is indexed already
 	}
-	l.wheel.Add(r.id, l.mono(r.at), newSlot(r.rev, r.kind))
+	l.index(r.id, r.at, newSlot(r.rev, r.kind))
 }
