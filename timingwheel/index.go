@@ -75,6 +75,13 @@ func (x *index) hash(id string) uint32 {
 	return uint32(maphash.String(x.seed, id))
 }
 
+// prefetchHome starts loading the lines of the current table's tag and node
+// index at hash h's home position, without waiting for them.
+func (x *index) prefetchHome(h uint32) {
+	p := h & x.mask
+	prefetch2(unsafe.Pointer(&x.tags[p]), unsafe.Pointer(&x.nodes[p]))
+}
+
 // tagOf is the tag byte of hash h: its top 8 bits, never empty or deleted.
 func tagOf(h uint32) uint8 {
 	return max(uint8(h>>24), 2)
@@ -111,6 +118,7 @@ func find[V any](x *index, s *slab[V], id string, h uint32) (pos uint32, i int32
 // lookup returns the node of pending id, in either table.
 func lookup[V any](x *index, s *slab[V], id string) (int32, bool) {
 	h := x.hash(id)
+	x.prefetchHome(h) // see Remove
 	if _, i, ok := find(x, s, id, h); ok {
 		return i, true
 	}

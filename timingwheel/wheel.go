@@ -239,8 +239,7 @@ func (w *Wheel[V]) add(id string, due int64, v V) int32 {
 		w.put(i, n)
 	}
 	h := w.index.hash(id)
-	pos := h & w.index.mask
-	prefetch2(unsafe.Pointer(&w.index.tags[pos]), unsafe.Pointer(&w.index.nodes[pos]))
+	w.index.prefetchHome(h)
 	if x := &w.index; x.moving() {
 		// flush looks an id up in the old table too (findOld) when the current
 		// one does not hold it.
@@ -358,6 +357,13 @@ func (w *Wheel[V]) Remove(id string) bool {
 	w.flush()
 	x := &w.index
 	h := x.hash(id)
+	// find reads the node index of a position once its tag matches. When the
+	// CPU predicts the match, it issues that read before the tag arrives and
+	// the two cache misses overlap; when it does not (the id is not at its
+	// home position, or the branch history says otherwise), the misses came
+	// one after the other. Prefetching both lines first overlaps them always:
+	// cancel by id took 0.81-0.84x of the time without it (abwheels.sh).
+	x.prefetchHome(h)
 	pos, i, ok := find(x, &w.slab, id, h)
 	switch {
 	case ok:
