@@ -30,8 +30,9 @@
 // Ids. The wheel keeps its own copy of each id: up to 39 bytes (a UUID's 36
 // fit) inside the entry's node, longer ones in a side map. Comparing an id
 // then reads nothing beyond the node, so Remove, Get and Reschedule cost one
-// read of the index and one of the node. Advance hands fire a string copied
-// out of the node into a shared 2 KB block.
+// read of the index (its tag and node index lines, prefetched together so
+// that their cache misses overlap) and one of the node. Advance hands fire a
+// string copied out of the node into a shared 2 KB block.
 //
 // An owner that holds the current time and a delay calls AddAfter(id, now,
 // d, v), which is Add(id, now.Add(d), v) without the time.Time arithmetic of
