@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -198,3 +199,46 @@ func BenchmarkCancel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRandomRead is the machine's yardstick for the cancel figures: one
+// dependent read of a random cache line in a 96 MB buffer (a chain through a
+// random cyclic permutation of its lines), the memory latency, TLB walk
+// included, that a cancel of a random older entry pays once for its node
+// (and AfterFunc's Stop for its timer) whatever the code around it. Run
+// right after Cancel, so both see the same stretch of the machine.
+func BenchmarkRandomRead(b *testing.B) {
+	chain := randomChain()
+	b.ResetTimer()
+	i := uint32(0)
+	for range b.N {
+		i = chain[i*lineWords]
+	}
+	b.StopTimer()
+	if i >= uint32(len(chain)/lineWords) {
+		b.Fatalf("chain left its lines: %d", i)
+	}
+}
+
+const (
+	lineWords  = 16 // uint32s per 64-byte line
+	chainLines = 96 << 20 / 64
+)
+
+var randomChain = sync.OnceValue(func() []uint32 {
+	// Sattolo's algorithm: a random permutation that is a single cycle, so
+	// the chain visits every line before it repeats.
+	next := make([]uint32, chainLines)
+	for k := range next {
+		next[k] = uint32(k)
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	for k := len(next) - 1; k > 0; k-- {
+		j := r.IntN(k)
+		next[k], next[j] = next[j], next[k]
+	}
+	chain := make([]uint32, chainLines*lineWords)
+	for k, n := range next {
+		chain[k*lineWords] = n
+	}
+	return chain
+})
