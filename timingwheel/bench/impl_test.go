@@ -251,7 +251,7 @@ func (s *goZeroSched) close()                     { s.tw.Stop() }
 // wheelByID keeps no handles: what an id-only caller holds.
 type wheelByID struct{ w *timingwheel.Wheel[uint32] }
 
-func (s *wheelByID) add(k int, d time.Duration) { s.w.AddAfter(ids[k], time.Now(), d, uint32(k)) }
+func (s *wheelByID) add(k int, d time.Duration) { s.addAfter(k, time.Now(), d) }
 func (s *wheelByID) addAfter(k int, now time.Time, d time.Duration) {
 	s.w.AddAfter(ids[k], now, d, uint32(k))
 }
