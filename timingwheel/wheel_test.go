@@ -526,6 +526,42 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestSweepOnReplace: an Add of a pending id leaves the replaced entry a
+// zombie, as a Remove does, and those zombies start the sweep too. Every id
+// then fires once, at its last due time.
+func TestSweepOnReplace(t *testing.T) {
+	t.Parallel()
+	w := New[int](t0, Options{})
+	w.sweepFloor = 1000
+	const n = 5000
+	swept := false
+	for round := range 4 {
+		for i := range n {
+			w.Add(fmt.Sprint(i), ms(60_000+float64(round*n+i)), round) // level 1
+			w.flush()
+			swept = swept || w.sweepAt >= 0
+			if w.listZombies > 2*max(w.Len(), w.sweepFloor) {
+				t.Fatalf("%d zombies for %d pending", w.listZombies, w.Len())
+			}
+		}
+	}
+	if !swept {
+		t.Fatal("no sweep started")
+	}
+	if err := w.check(); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, w, ms(200_000))
+	if len(got) != n {
+		t.Fatalf("fired %d, want %d", len(got), n)
+	}
+	for _, f := range got {
+		if f.v != 3 {
+			t.Fatalf("%s fired with value %d, not the last Add's 3", f.id, f.v)
+		}
+	}
+}
+
 // TestNextFreesZombies: after many near-term entries are removed, Next passes
 // over their slots to the next pending entry once, freeing what it passes.
 func TestNextFreesZombies(t *testing.T) {
