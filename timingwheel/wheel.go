@@ -264,6 +264,7 @@ func (w *Wheel[V]) flush() {
 	}
 }
 
+// flushPend is flush's work, for a non-empty pend.
 func (w *Wheel[V]) flushPend() {
 	x := &w.index
 	for k := 0; k < len(w.pend); k++ {
@@ -429,11 +430,14 @@ func (w *Wheel[V]) RemoveHandle(h Handle) bool {
 // Its common case, a list entry not yet due with an inline id, is made of
 // pieces small enough to inline (listed, zombify), which Remove and
 // RemoveHandle use written out, so that a cancel makes no call after its
-// lookup unless a sweep step is due. With drop called, its switch and an
-// unconditional call of maybeSweep, a cancel by id at a million entries took
-// 1.15-1.19x as long (abwheels.sh): more than those few instructions cost on
-// their own. Our guess is that work queued behind the node's cache miss keeps
-// the CPU from starting the next cancel's misses early.
+// lookup unless a sweep step is due. With drop called (its switch and an
+// unconditional call of maybeSweep) and flush called before the lookup, a
+// cancel by id at a million entries took 1.15-1.19x as long (abwheels.sh);
+// in a harness timing variants of Remove in turns on one wheel, the call of
+// drop alone added 7-48 ns per piece (371-414 ns against 303-355 written
+// out), more than those few instructions cost on their own. Our guess is that
+// work queued behind the node's cache miss keeps the CPU from starting the
+// next cancel's misses early.
 func (w *Wheel[V]) drop(i int32) {
 	if n := w.slab.at(i); !w.listed(n) {
 		w.dropOther(i, n)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -555,9 +556,15 @@ func TestSweepOnReplace(t *testing.T) {
 	if len(got) != n {
 		t.Fatalf("fired %d, want %d", len(got), n)
 	}
+	seen := make(map[string]bool, n)
 	for _, f := range got {
-		if f.v != 3 {
-			t.Fatalf("%s fired with value %d, not the last Add's 3", f.id, f.v)
+		i, err := strconv.Atoi(f.id)
+		if err != nil || seen[f.id] {
+			t.Fatalf("fired %q: unknown or twice", f.id)
+		}
+		seen[f.id] = true
+		if want := ms(60_000 + float64(3*n+i)); f.v != 3 || !f.due.Equal(want) {
+			t.Fatalf("%s fired with value %d due %v, not the last Add's 3 due %v", f.id, f.v, f.due.Sub(t0), want.Sub(t0))
 		}
 	}
 }
