@@ -89,15 +89,19 @@ func BenchmarkPaired(b *testing.B) {
 				b.ReportMetric(float64(w.took)/float64(a.took), "ratio")
 				b.ReportMetric(float64(w.faults)/ops, "wheel-faults/op")
 				b.ReportMetric(float64(a.faults)/ops, "afterfunc-faults/op")
+				b.ReportMetric(float64(w.worst.Microseconds()), "wheel-maxbatch-us")
+				b.ReportMetric(float64(a.worst.Microseconds()), "afterfunc-maxbatch-us")
 				b.ReportMetric(0, "ns/op")
 			})
 		}
 	}
 }
 
-// side is what one side's timed batches took, and the page faults in them.
+// side is what one side's timed batches took, the slowest of them, and the
+// page faults in them.
 type side struct {
 	took   time.Duration
+	worst  time.Duration
 	faults int64
 }
 
@@ -106,7 +110,9 @@ func (s *side) timed(f func()) {
 	f0 := minorFaults()
 	t0 := time.Now()
 	f()
-	s.took += time.Since(t0)
+	el := time.Since(t0)
+	s.took += el
+	s.worst = max(s.worst, el)
 	s.faults += minorFaults() - f0
 }
 
