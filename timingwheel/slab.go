@@ -90,11 +90,16 @@ func (s *slab[V]) release(i int32) {
 
 func (s *slab[V]) retire(i int32) {
 	n := s.at(i)
-	var zero V
-	n.v = zero
 	if n.idLen == idLong {
 		delete(s.long, i)
 	}
+	retireNode(n)
+}
+
+// retireNode is retire for node n once its id, if long, is out of slab.long.
+func retireNode[V any](n *node[V]) {
+	var zero V
+	n.v = zero
 	n.idLen = 0
 	n.gen++
 }

@@ -455,12 +455,9 @@ func (w *Wheel[V]) listed(n *node[V]) bool {
 // zombify is drop's common case: n (listed) becomes a list zombie. It
 // reports whether a sweep step is due.
 func (w *Wheel[V]) zombify(n *node[V]) bool {
-	var zero V
-	n.v = zero
-	n.idLen = 0
-	n.gen++
+	retireNode(n)
 	w.listZombies++
-	return w.sweepAt >= 0 || w.listZombies > w.index.count && w.listZombies > w.sweepFloor
+	return w.sweepAt >= 0 || w.zombiesOver()
 }
 
 // sweepFromDrop takes a sweep step for drop, unless Advance is running.
