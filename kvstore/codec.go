@@ -32,6 +32,8 @@ import (
 //	updated      int       UTC Unix ms
 //	finished     int       UTC Unix ms, omitted when 0
 //	last_error   string    omitted when ""
+//	claim        int       fencing token of the current attempt, omitted when 0
+//	src          string    fingerprint of the schedule message, omitted when ""
 //	hdr          {string:[string]}  omitted when empty; keys sorted
 //
 // Readers ignore fields they do not know, so optional fields can be added within version 1.
@@ -88,7 +90,7 @@ func validStatus(s Status) bool {
 // encodedSizeHint is a close upper estimate of the encoded size when no string needs escaping,
 // so that the usual record costs one allocation.
 func encodedSizeHint(t *Task) int {
-	n := 256 + len(t.ID) + len(t.BizType) + len(t.Owner) + len(t.LastError) + len(t.Payload) + 21*len(t.Backoff)
+	n := 256 + len(t.ID) + len(t.BizType) + len(t.Owner) + len(t.LastError) + len(t.Fingerprint) + len(t.Payload) + 21*len(t.Backoff)
 	for k, vs := range t.Header {
 		n += len(k) + 6
 		for _, v := range vs {
@@ -142,6 +144,14 @@ func appendTask(b []byte, t *Task) []byte {
 	if t.LastError != "" {
 		b = append(b, `,"last_error":`...)
 		b = appendString(b, t.LastError)
+	}
+	if t.Claim != 0 {
+		b = append(b, `,"claim":`...)
+		b = strconv.AppendUint(b, t.Claim, 10)
+	}
+	if t.Fingerprint != "" {
+		b = append(b, `,"src":`...)
+		b = appendString(b, t.Fingerprint)
 	}
 	b = appendHeader(b, t.Header)
 	b = append(b, "}\n"...)

@@ -44,21 +44,23 @@ func DecodeTask(b []byte) (Task, error) {
 		return Task{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	t := Task{
-		ID:         m.id,
-		BizType:    m.biz,
-		Header:     m.hdr,
-		Status:     m.status,
-		DueAt:      m.due,
-		Attempt:    int(m.attempt),
-		MaxRetry:   int(m.maxRetry),
-		AckWait:    time.Duration(m.ackWaitMS) * time.Millisecond,
-		Backoff:    m.backoff,
-		LeaseUntil: m.leaseUntil,
-		Owner:      m.owner,
-		CreatedAt:  m.created,
-		UpdatedAt:  m.updated,
-		FinishedAt: m.finished,
-		LastError:  m.lastError,
+		ID:          m.id,
+		BizType:     m.biz,
+		Header:      m.hdr,
+		Status:      m.status,
+		DueAt:       m.due,
+		Attempt:     int(m.attempt),
+		MaxRetry:    int(m.maxRetry),
+		AckWait:     time.Duration(m.ackWaitMS) * time.Millisecond,
+		Backoff:     m.backoff,
+		LeaseUntil:  m.leaseUntil,
+		Owner:       m.owner,
+		CreatedAt:   m.created,
+		UpdatedAt:   m.updated,
+		FinishedAt:  m.finished,
+		LastError:   m.lastError,
+		Claim:       uint64(m.claim),
+		Fingerprint: m.src,
 	}
 	if len(payload) > 0 {
 		t.Payload = bytes.Clone(payload)
@@ -95,7 +97,8 @@ type metaFields struct {
 	seen                                   uint16
 	v, due, attempt, maxRetry, ackWaitMS   int64
 	leaseUntil, created, updated, finished int64
-	id, biz, owner, lastError              string
+	id, biz, owner, lastError, src         string
+	claim                                  int64
 	status                                 Status
 	backoff                                []time.Duration
 	hdr                                    map[string][]string
@@ -117,6 +120,8 @@ func (m *metaFields) check() error {
 		return fmt.Errorf("attempt %d is negative", m.attempt)
 	case m.maxRetry < 0 || m.maxRetry > math.MaxInt:
 		return fmt.Errorf("max_retry %d is negative", m.maxRetry)
+	case m.claim < 0:
+		return fmt.Errorf("claim %d is negative", m.claim)
 	case m.ackWaitMS < 0 || m.ackWaitMS > maxDurationMS:
 		return fmt.Errorf("ack_wait_ms %d out of range [0, %d]", m.ackWaitMS, maxDurationMS)
 	}
@@ -257,6 +262,10 @@ func (d *metaDecoder) field(m *metaFields, key []byte) error {
 		m.finished, err = d.int("finished")
 	case "last_error":
 		m.lastError, err = d.string("last_error")
+	case "claim":
+		m.claim, err = d.int("claim")
+	case "src":
+		m.src, err = d.string("src")
 	case "hdr":
 		m.hdr, err = d.header()
 	default:
@@ -298,6 +307,10 @@ func (m *metaFields) unset(key string) {
 		m.finished = 0
 	case "last_error":
 		m.lastError = ""
+	case "claim":
+		m.claim = 0
+	case "src":
+		m.src = ""
 	case "hdr":
 		m.hdr = nil
 	}

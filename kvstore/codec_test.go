@@ -63,6 +63,10 @@ func TestCodecRoundTrip(t *testing.T) {
 		{"running", with(func(t *kvstore.Task) {
 			t.Status, t.Attempt, t.LeaseUntil, t.Owner = kvstore.StatusRunning, 1, 1767225630000, "bridge-1"
 		})},
+		{"claim and fingerprint", with(func(t *kvstore.Task) {
+			t.Status, t.Attempt, t.LeaseUntil, t.Owner = kvstore.StatusRunning, 1, 1767225630000, "bridge-1"
+			t.Claim, t.Fingerprint = 1<<40+7, "sha256:0f1e2d"
+		})},
 		{"success", with(func(t *kvstore.Task) {
 			t.Status, t.Attempt, t.FinishedAt = kvstore.StatusSuccess, 1, 1767225601000
 		})},

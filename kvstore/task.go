@@ -50,6 +50,15 @@ type Task struct {
 	// FinishedAt is set when the task reaches a final status; retention counts from it.
 	FinishedAt int64
 	LastError  string
+	// Claim is the fencing token of the current attempt (RUNNING only): the revision of the
+	// WAITING record that the claim replaced. A stream sequence is never reused, so no two claims
+	// of a key, in any life of its id, share a token; an ack names it and is applied only while
+	// the record still carries it.
+	Claim uint64
+	// Fingerprint identifies what the client sent (bizType, payload, headers as received, the
+	// due-time headers excepted), so that a redelivered schedule message is recognised as a
+	// duplicate whatever defaults the bridge filled in. Empty in records written before it existed.
+	Fingerprint string
 }
 
 // Entry is a task as stored, with the revision a CAS update must name.
