@@ -30,9 +30,11 @@ type Store interface {
 	DeleteAsync(ctx context.Context, id string, rev uint64, done func(error))
 
 	// Watch delivers the current records of the given partitions (all partitions if none are
-	// given), then one EventInitDone, then live changes including deletes, until ctx ends or
-	// Stop is called. The channel never blocks the server-side subscription: events are queued
-	// without bound inside the watcher.
+	// given), then one EventInitDone, then live changes including deletes (a retired record's
+	// too), until ctx ends or Stop is called. Starting it is bounded like any store call (ctx's
+	// deadline, or the store's timeout). Events wait in the watcher for a reader that is behind:
+	// JetStore holds at most Config.WatchBuffer and then stops taking from the server, whose
+	// flow control holds the rest back; MemStore's writers never wait, so its queue has no bound.
 	Watch(ctx context.Context, partitions ...int) (Watcher, error)
 
 	// Partitions is the bucket's partition count.
