@@ -103,6 +103,9 @@ type JetStore struct {
 	// Nats-TTL values: of final records (cfg.Retention), and of Delete's purge markers
 	// (cfg.MarkerTTL).
 	retentionTTL, markerTTL string
+	// testHookTarget, if set, runs in Watch between reading the leader's last revision and
+	// creating the consumer.
+	testHookTarget func()
 
 	// Async completion (jetstore_async.go). mu guards the fields below it.
 	mu      sync.Mutex

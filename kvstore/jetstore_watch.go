@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -37,6 +38,9 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: watch %s: %w", s.cfg.Bucket, err)
 	}
+	if s.testHookTarget != nil {
+		s.testHookTarget()
+	}
 	// nats.go unsubscribes when this context ends (and keeps a goroutine until it does), so it is
 	// cancelled when the watcher stops. Until WatchFiltered returns it also ends with sctx, which
 	// bounds the consumer's creation.
@@ -56,32 +60,9 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	}
 	w := newWatcher(s.cfg.WatchBuffer)
 	drained := make(chan struct{})
-	go func() { // the only reader of kw.Updates()
+	go func() {
 		defer close(drained)
-		initDone, natsInitDone, open := false, false, true
-		var seen uint64 // highest revision delivered
-		for e := range kw.Updates() {
-			if !open {
-				continue // stopped: keep reading until nats.go closes the channel
-			}
-			ev := jetEvent(e)
-			seen = max(seen, ev.Revision)
-			switch {
-			case initDone:
-				open = w.put(wctx, ev)
-			case ev.Kind == EventInitDone:
-				natsInitDone = true
-			case ev.Kind != EventDelete:
-				// A delete marker before the end of the initial values is a record deleted before
-				// the watch: not a current record.
-				open = w.put(wctx, ev)
-			}
-			if open && !initDone && natsInitDone && seen >= target {
-				initDone = true
-				open = w.put(wctx, Event{Kind: EventInitDone})
-			}
-		}
-		w.end()
+		s.drain(wctx, kw, w, filters, len(ps) == s.cfg.Partitions, target)
 	}()
 	go func() {
 		w.pump(wctx)
@@ -91,6 +72,76 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 		close(w.done)
 	}()
 	return w, nil
+}
+
+// targetRecheck is how often a watch whose consumer has delivered its initial values, but not yet
+// the revision the leader reported as last, asks the leader again.
+const targetRecheck = 250 * time.Millisecond
+
+// drain is the only reader of kw.Updates(): it turns nats.go's entries into events for w until
+// nats.go closes the channel (after Stop, the end of ctx, or the connection's), and sends
+// EventInitDone once nats.go has delivered the initial values and the watch has seen target, the
+// leader's last revision at the start. That message may be gone by the time the consumer starts
+// (a marker that expired, or a record that retired and whose marker then expired), so while only
+// target is missing the leader is asked again every targetRecheck: once the watch has seen what
+// the leader now has last, it has every record.
+func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *watcher, filters []string, all bool, target uint64) {
+	initDone, natsInitDone, open := false, false, true
+	var seen uint64 // highest revision delivered
+	var recheck *time.Ticker
+	defer func() {
+		if recheck != nil {
+			recheck.Stop()
+		}
+		w.end()
+	}()
+	updates := kw.Updates()
+	for {
+		var tick <-chan time.Time
+		if recheck != nil {
+			tick = recheck.C
+		}
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				return
+			}
+			if !open {
+				continue // stopped: keep reading until nats.go closes the channel
+			}
+			ev := jetEvent(e)
+			seen = max(seen, ev.Revision)
+			switch {
+			case initDone:
+				open = w.put(ctx, ev)
+			case ev.Kind == EventInitDone:
+				natsInitDone = true
+			case ev.Kind != EventDelete:
+				// A delete marker before the end of the initial values is a record deleted before
+				// the watch: not a current record.
+				open = w.put(ctx, ev)
+			}
+		case <-tick:
+			tctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+			if t, err := s.watchTarget(tctx, filters, all); err == nil {
+				target = t
+			}
+			cancel()
+		}
+		if !open || initDone || !natsInitDone {
+			continue
+		}
+		if seen >= target {
+			initDone = true
+			open = w.put(ctx, Event{Kind: EventInitDone})
+			if recheck != nil {
+				recheck.Stop()
+				recheck = nil
+			}
+		} else if recheck == nil {
+			recheck = time.NewTicker(targetRecheck)
+		}
+	}
 }
 
 // watchTarget is the highest revision the stream leader has under the filters (all: they cover

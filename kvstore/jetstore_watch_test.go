@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/axbridge/axbridge/internal/natstest"
 	"github.com/axbridge/axbridge/kvstore"
 )
@@ -111,5 +113,38 @@ func createMany(t *testing.T, s kvstore.Store, prefix string, n int) {
 	waitGroup(t, &wg)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The last message the leader reports when a watch starts can be gone by the time its consumer
+// starts (a marker expired, a record retired and its marker expired): the watch must still end
+// its initial values, not wait for a revision that no longer exists.
+func TestJetStoreWatchTargetGone(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	js := newJS(t, srv.ClientURL())
+	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4})
+	ctx := testContext(t)
+	a := mustCreate(t, s, newTask("stays"))
+	mustCreate(t, s, newTask("vanishes"))
+	str, err := js.Stream(ctx, "KV_"+s.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvstore.SetWatchTargetHookForTest(s, func() {
+		// As an expiry does: the key's message goes, leaving nothing.
+		subj := "$KV." + s.Bucket() + "." + kvstore.Key("vanishes", s.Partitions())
+		if err := str.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, ps := range [][]int{nil, {kvstore.Partition("stays", 4), kvstore.Partition("vanishes", 4)}} {
+		w, err := s.Watch(ctx, ps...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectEvent(t, w, kvstore.EventPut, "stays", a.Revision)
+		expectEvent(t, w, kvstore.EventInitDone, "", 0)
+		stopWatch(t, w)
 	}
 }
