@@ -53,7 +53,9 @@ func TestJetStoreWatchBackPressure(t *testing.T) {
 	srv := natstest.RunServer(t)
 	js := newJS(t, srv.ClientURL())
 	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4, WatchBuffer: buffer})
-	ctx := testContext(t)
+	// Longer than testContext: 20,000 writes and events take a while under the race detector.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	createMany(t, s, "before", n/2)
 	w, err := s.Watch(ctx)
 	if err != nil {
