@@ -5,6 +5,10 @@ import "context"
 // Store is the method set both implementations offer (*JetStore on a JetStream KV bucket and
 // *MemStore in memory), with identical semantics; one conformance suite runs against both.
 // Consumers such as the bridge declare the subset they need.
+//
+// A record written with a final status (Status.Final) retires by itself after the store's
+// retention: it then reads as ErrNotFound, watchers get EventDelete, and Create takes the id as a
+// new task. Live records never expire.
 type Store interface {
 	// Create stores t (status and all) under Key(t.ID) if no record exists there.
 	// If one exists it returns that record and an error matching ErrExists.
