@@ -445,7 +445,9 @@ func FuzzDecodeTask(f *testing.F) {
 	f.Add([]byte(""))
 	f.Add([]byte("\n"))
 	f.Add([]byte(`{"v":2}` + "\n"))
-	for _, task := range []kvstore.Task{codecBase(), {ID: "x", Status: kvstore.StatusCancelled, Payload: []byte("\n\x00")}} {
+	binHdr := codecBase()
+	binHdr.Header = map[string][]string{"Raw": {"\xff", ""}, "K": {"v"}}
+	for _, task := range []kvstore.Task{codecBase(), {ID: "x", Status: kvstore.StatusCancelled, Payload: []byte("\n\x00")}, binHdr} {
 		b, err := kvstore.EncodeTask(&task)
 		if err != nil {
 			f.Fatal(err)
