@@ -1,0 +1,163 @@
+package bridge_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/internal/faultstore"
+	"github.com/axbridge/axbridge/internal/natstest"
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// faultEnv is a bridge on an in-memory store behind a fault injector, on a real nats-server.
+type faultEnv struct {
+	t     *testing.T
+	mem   *kvstore.MemStore
+	store *faultstore.Store
+	nc    *nats.Conn // the consumer's connection
+}
+
+func newFaultEnv(t *testing.T) *faultEnv {
+	t.Helper()
+	srv := natstest.RunServer(t)
+	mem := kvstore.NewMemStore(4)
+	fe := &faultEnv{t: t, mem: mem, store: faultstore.New(mem), nc: natstest.Connect(t, srv.ClientURL())}
+	b, err := bridge.New(natstest.Connect(t, srv.ClientURL()), fe.store, bridge.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	select {
+	case <-b.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("bridge not ready")
+	}
+	return fe
+}
+
+// fires subscribes to ax.fire.<biz> and queues what arrives.
+func (fe *faultEnv) fires(biz string) chan *nats.Msg {
+	fe.t.Helper()
+	ch := make(chan *nats.Msg, 16)
+	sub, err := fe.nc.ChanSubscribe(bridge.FirePrefix+biz, ch)
+	if err != nil {
+		fe.t.Fatal(err)
+	}
+	fe.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := fe.nc.Flush(); err != nil {
+		fe.t.Fatal(err)
+	}
+	return ch
+}
+
+// due stores a WAITING task, due now, with one attempt only and an ack wait of an hour: a fire
+// that comes at all during the test did not wait for a lease to run out.
+func (fe *faultEnv) due(id, biz string) {
+	fe.t.Helper()
+	now := time.Now().UnixMilli()
+	task := &kvstore.Task{
+		ID: id, BizType: biz, Payload: []byte("p"), Status: kvstore.StatusWaiting, DueAt: now,
+		MaxRetry: 0, AckWait: time.Hour, Backoff: kvstore.DefaultBackoff(), CreatedAt: now, UpdatedAt: now,
+	}
+	if _, err := fe.mem.Create(context.Background(), task); err != nil {
+		fe.t.Fatal(err)
+	}
+}
+
+func (fe *faultEnv) get(id string) kvstore.Task {
+	fe.t.Helper()
+	e, err := fe.mem.Get(context.Background(), id)
+	if err != nil {
+		fe.t.Fatal(err)
+	}
+	return e.Task
+}
+
+func next(t *testing.T, ch chan *nats.Msg) *nats.Msg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fire")
+		return nil
+	}
+}
+
+// A claim whose write lands but whose caller hears only "outcome unknown" is read back and fired
+// then: once, at attempt 1, without waiting out the lease; with Max-Retry 0 the task is not DEAD
+// and its ack settles it. A claim that failed before it was applied is claimed again.
+func TestClaimUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	for name, mode := range map[string]faultstore.Mode{
+		"landed":     faultstore.ApplyThenTimeout,
+		"not landed": faultstore.FailBefore,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fe := newFaultEnv(t)
+			fires := fe.fires("pay")
+			fe.store.Inject(faultstore.Rule{Op: faultstore.OpUpdate, ID: "pay-1", Mode: mode, Times: 1,
+				Err: fmt.Errorf("update pay-1: %w", context.DeadlineExceeded)})
+			fe.due("pay-1", "pay")
+
+			m := next(t, fires)
+			if got := m.Header.Get(bridge.HeaderAttempt); got != "1" {
+				t.Fatalf("fired attempt %s, want 1", got)
+			}
+			if task := fe.get("pay-1"); task.Status != kvstore.StatusRunning || task.Attempt != 1 {
+				t.Fatalf("record after the fire: %s attempt %d, want RUNNING attempt 1", task.Status, task.Attempt)
+			}
+			if err := m.AckSync(); err != nil {
+				t.Fatalf("ack: %v", err)
+			}
+			if task := fe.get("pay-1"); task.Status != kvstore.StatusSuccess {
+				t.Fatalf("record after the ack: %s (%s)", task.Status, task.LastError)
+			}
+			// Exactly once: nothing else was published before the ack's round trip came back.
+			if err := fe.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case m := <-fires:
+				t.Fatalf("fired again: attempt %s", m.Header.Get(bridge.HeaderAttempt))
+			default:
+			}
+		})
+	}
+}
+
+// An ack whose write fails is retried until it is applied; an AckSync is answered only then.
+func TestAckRetriedUntilApplied(t *testing.T) {
+	t.Parallel()
+	fe := newFaultEnv(t)
+	fires := fe.fires("pay")
+	fe.due("pay-2", "pay")
+	m := next(t, fires)
+	// The pipelined write fails, then the reads and the writes of the retries, several times each.
+	fe.store.Inject(faultstore.Rule{Op: faultstore.OpUpdate, ID: "pay-2", Mode: faultstore.FailBefore, Times: 3})
+	fe.store.Inject(faultstore.Rule{Op: faultstore.OpGet, ID: "pay-2", Mode: faultstore.FailBefore, Times: 2})
+	if err := m.AckSync(nats.AckWait(10 * time.Second)); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	if task := fe.get("pay-2"); task.Status != kvstore.StatusSuccess {
+		t.Fatalf("answered before the ack was durable: %s", task.Status)
+	}
+	if n := fe.store.Calls(faultstore.OpUpdate); n < 5 { // the claim, three failed acks, the one applied
+		t.Errorf("%d updates, want the claim and four ack writes", n)
+	}
+}
