@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/internal/faultstore"
@@ -20,14 +21,15 @@ type faultEnv struct {
 	mem   *kvstore.MemStore
 	store *faultstore.Store
 	nc    *nats.Conn // the consumer's connection
+	reg   *prometheus.Registry
 }
 
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
 	srv := natstest.RunServer(t)
 	mem := kvstore.NewMemStore(4)
-	fe := &faultEnv{t: t, mem: mem, store: faultstore.New(mem), nc: natstest.Connect(t, srv.ClientURL())}
-	b, err := bridge.New(natstest.Connect(t, srv.ClientURL()), fe.store, bridge.Config{})
+	fe := &faultEnv{t: t, mem: mem, store: faultstore.New(mem), nc: natstest.Connect(t, srv.ClientURL()), reg: prometheus.NewRegistry()}
+	b, err := bridge.New(natstest.Connect(t, srv.ClientURL()), fe.store, bridge.Config{Registerer: fe.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +89,28 @@ func (fe *faultEnv) get(id string) kvstore.Task {
 	return e.Task
 }
 
+// counter is the value of the series name{op}.
+func (fe *faultEnv) counter(name, op string) float64 {
+	fe.t.Helper()
+	mfs, err := fe.reg.Gather()
+	if err != nil {
+		fe.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == op {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 func next(t *testing.T, ch chan *nats.Msg) *nats.Msg {
 	t.Helper()
 	select {
@@ -137,6 +161,9 @@ func TestClaimUnknownOutcome(t *testing.T) {
 				t.Fatalf("fired again: attempt %s", m.Header.Get(bridge.HeaderAttempt))
 			default:
 			}
+			if e, u := fe.counter("ax_store_errors_total", "claim"), fe.counter("ax_store_unknown_outcomes_total", "claim"); e != 1 || u != 1 {
+				t.Errorf("claim store errors %v, unknown outcomes %v; want 1 and 1", e, u)
+			}
 		})
 	}
 }
@@ -159,5 +186,8 @@ func TestAckRetriedUntilApplied(t *testing.T) {
 	}
 	if n := fe.store.Calls(faultstore.OpUpdate); n < 5 { // the claim, three failed acks, the one applied
 		t.Errorf("%d updates, want the claim and four ack writes", n)
+	}
+	if w, r := fe.counter("ax_store_errors_total", "ack"), fe.counter("ax_store_errors_total", "ack_read"); w != 3 || r != 2 {
+		t.Errorf("ack store errors: %v writes, %v reads; want 3 and 2", w, r)
 	}
 }
