@@ -89,8 +89,8 @@ func (fe *faultEnv) get(id string) kvstore.Task {
 	return e.Task
 }
 
-// counter is the value of the series name{op}.
-func (fe *faultEnv) counter(name, op string) float64 {
+// counter is the value of the series name{label="value"}.
+func (fe *faultEnv) counter(name, label, value string) float64 {
 	fe.t.Helper()
 	mfs, err := fe.reg.Gather()
 	if err != nil {
@@ -102,7 +102,7 @@ func (fe *faultEnv) counter(name, op string) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "op" && l.GetValue() == op {
+				if l.GetName() == label && l.GetValue() == value {
 					return m.GetCounter().GetValue()
 				}
 			}
@@ -161,8 +161,13 @@ func TestClaimUnknownOutcome(t *testing.T) {
 				t.Fatalf("fired again: attempt %s", m.Header.Get(bridge.HeaderAttempt))
 			default:
 			}
-			if e, u := fe.counter("ax_store_errors_total", "claim"), fe.counter("ax_store_unknown_outcomes_total", "claim"); e != 1 || u != 1 {
+			if e, u := fe.counter("ax_store_errors_total", "op", "claim"), fe.counter("ax_store_unknown_outcomes_total", "op", "claim"); e != 1 || u != 1 {
 				t.Errorf("claim store errors %v, unknown outcomes %v; want 1 and 1", e, u)
+			}
+			// The ack reached both ack subscriptions and was applied once: a second application
+			// would have counted as stale.
+			if a, s := fe.counter("ax_acks_total", "outcome", "ack"), fe.counter("ax_acks_total", "outcome", "stale"); a != 1 || s != 0 {
+				t.Errorf("acks applied %v, stale %v; want 1 and 0", a, s)
 			}
 		})
 	}
@@ -187,7 +192,7 @@ func TestAckRetriedUntilApplied(t *testing.T) {
 	if n := fe.store.Calls(faultstore.OpUpdate); n < 5 { // the claim, three failed acks, the one applied
 		t.Errorf("%d updates, want the claim and four ack writes", n)
 	}
-	if w, r := fe.counter("ax_store_errors_total", "ack"), fe.counter("ax_store_errors_total", "ack_read"); w != 3 || r != 2 {
+	if w, r := fe.counter("ax_store_errors_total", "op", "ack"), fe.counter("ax_store_errors_total", "op", "ack_read"); w != 3 || r != 2 {
 		t.Errorf("ack store errors: %v writes, %v reads; want 3 and 2", w, r)
 	}
 }
