@@ -52,19 +52,23 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, round int) {
 		switch {
 		case err == nil:
 			b.publishFire(kvstore.Entry{Task: claimed, Revision: rev})
+			return
+		case errors.Is(err, kvstore.ErrConflict) && round > 0:
+			// The earlier claim of this revision, whose outcome was unknown, may have landed late
+			// (a publish held over a reconnect): read back, as for an unknown outcome.
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
-			// another replica or an API call got there first; the watch brings its write
+			return // another replica or an API call got there first; the watch brings its write
 		default:
 			b.m.ack.storeError(opClaim, err)
-			b.pipelined.Add(1)
-			go func() { // not on this goroutine: it completes other writes
-				defer b.pipelined.Done()
-				if b.fired.acquire(ctx) {
-					defer b.fired.release()
-					b.settleClaim(ctx, e, &claimed, round)
-				}
-			}()
 		}
+		b.pipelined.Add(1)
+		go func() { // not on this goroutine: it completes other writes
+			defer b.pipelined.Done()
+			if b.fired.acquire(ctx) {
+				defer b.fired.release()
+				b.settleClaim(ctx, e, &claimed, round)
+			}
+		}()
 	})
 }
 

@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,10 +27,16 @@ type faultEnv struct {
 
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
+	return newFaultEnvWith(t, func(s *faultstore.Store) bridge.Store { return s })
+}
+
+// newFaultEnvWith is newFaultEnv with the bridge's store wrapped once more.
+func newFaultEnvWith(t *testing.T, wrap func(*faultstore.Store) bridge.Store) *faultEnv {
+	t.Helper()
 	srv := natstest.RunServer(t)
 	mem := kvstore.NewMemStore(4)
 	fe := &faultEnv{t: t, mem: mem, store: faultstore.New(mem), nc: natstest.Connect(t, srv.ClientURL()), reg: prometheus.NewRegistry()}
-	b, err := bridge.New(natstest.Connect(t, srv.ClientURL()), fe.store, bridge.Config{Registerer: fe.reg})
+	b, err := bridge.New(natstest.Connect(t, srv.ClientURL()), wrap(fe.store), bridge.Config{Registerer: fe.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,5 +201,77 @@ func TestAckRetriedUntilApplied(t *testing.T) {
 	}
 	if w, r := fe.counter("ax_store_errors_total", "op", "ack"), fe.counter("ax_store_errors_total", "op", "ack_read"); w != 3 || r != 2 {
 		t.Errorf("ack store errors: %v writes, %v reads; want 3 and 2", w, r)
+	}
+}
+
+// lateClaim holds back the first write of a task and reports "outcome unknown" for it, then lets
+// it land just after the next read of the task, as a publish held in the client over a reconnect
+// lands after its caller gave up: the read-back sees the WAITING record, the claim made again then
+// loses its CAS to the first one.
+type lateClaim struct {
+	*faultstore.Store
+	id string
+
+	mu   sync.Mutex
+	held func() // applies the held write; nil once applied
+	used bool
+}
+
+func (s *lateClaim) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error)) {
+	s.mu.Lock()
+	first := t.ID == s.id && !s.used
+	if first {
+		s.used = true
+		held := *t
+		s.held = func() { _, _ = s.Store.Update(context.Background(), &held, rev) }
+	}
+	s.mu.Unlock()
+	if !first {
+		s.Store.UpdateAsync(ctx, t, rev, done)
+		return
+	}
+	go done(0, fmt.Errorf("update %s: %w", t.ID, context.DeadlineExceeded))
+}
+
+func (s *lateClaim) Get(ctx context.Context, id string) (kvstore.Entry, error) {
+	e, err := s.Store.Get(ctx, id)
+	s.mu.Lock()
+	held := s.held
+	if id == s.id {
+		s.held = nil
+	}
+	s.mu.Unlock()
+	if id == s.id && held != nil {
+		held()
+	}
+	return e, err
+}
+
+// A claim whose outcome was unknown and that lands late, after the read-back saw the task still
+// WAITING, makes the claim made again lose its CAS: that conflict is read back too, and the attempt
+// that did land is fired, once, at attempt 1.
+func TestClaimLandsLate(t *testing.T) {
+	t.Parallel()
+	var late *lateClaim
+	fe := newFaultEnvWith(t, func(s *faultstore.Store) bridge.Store {
+		late = &lateClaim{Store: s, id: "pay-3"}
+		return late
+	})
+	fires := fe.fires("pay")
+	fe.due("pay-3", "pay")
+	m := next(t, fires)
+	if got := m.Header.Get(bridge.HeaderAttempt); got != "1" {
+		t.Fatalf("fired attempt %s, want 1", got)
+	}
+	if err := m.AckSync(); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	if task := fe.get("pay-3"); task.Status != kvstore.StatusSuccess {
+		t.Fatalf("record after the ack: %s", task.Status)
+	}
+	late.mu.Lock()
+	defer late.mu.Unlock()
+	if !late.used || late.held != nil {
+		t.Fatalf("the held claim was not applied (used %v)", late.used)
 	}
 }
