@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -215,10 +216,15 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 // reply is applied or found stale (its claim is over), whatever the lease says meanwhile: a
 // conflict reads again at once, a store error after a bounded back-off. Only ctx (Stop) ends it
 // otherwise, and then the reply is not answered. wrote is a write of this reply whose outcome is
-// unknown: if the record read back is that write, it is the reply applied.
+// unknown, if any: if the record read back is that write (or a later one of the same kind, which
+// may land late, after a retry of it lost its CAS), it is the reply applied.
 func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Task) {
 	var wait retryWait
 	conflicts := 0
+	var unknown []kvstore.Task // writes of this reply that may have landed, the last few
+	if wrote != nil {
+		unknown = append(unknown, *wrote)
+	}
 	for {
 		e, err := b.getBounded(ctx, op.addr.id)
 		switch {
@@ -232,7 +238,7 @@ func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Tas
 			}
 			continue
 		}
-		if wrote != nil && sameWrite(&e.Task, wrote) {
+		if slices.ContainsFunc(unknown, func(w kvstore.Task) bool { return sameWrite(&e.Task, &w) }) {
 			b.ackApplied(op, &e.Task, e.Revision)
 			return
 		}
@@ -249,19 +255,26 @@ func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Tas
 			b.ackApplied(op, &next, rev)
 			return
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
-			wrote = nil // someone else wrote: read again, at once the first time
+			// Someone else wrote (or an earlier write of ours landed late): read again, at once
+			// the first time.
 			if conflicts++; conflicts > 1 && !wait.next(ctx) {
 				return
 			}
 		default:
 			b.m.ack.storeError(opAck, err)
-			wrote = &next
+			if len(unknown) == maxUnknownWrites {
+				unknown = unknown[1:]
+			}
+			unknown = append(unknown, next)
 			if !wait.next(ctx) {
 				return
 			}
 		}
 	}
 }
+
+// maxUnknownWrites is how many writes of one reply with unknown outcomes applyAckRead remembers.
+const maxUnknownWrites = 8
 
 // sameWrite reports whether the stored record s is the write w (a transition stamps UpdatedAt and
 // changes the status, lease or due time).

@@ -124,7 +124,7 @@ func next(t *testing.T, ch chan *nats.Msg) *nats.Msg {
 	case m := <-ch:
 		return m
 	case <-time.After(10 * time.Second):
-		t.Fatal("no fire")
+		t.Fatal("no message")
 		return nil
 	}
 }
@@ -273,5 +273,37 @@ func TestClaimLandsLate(t *testing.T) {
 	defer late.mu.Unlock()
 	if !late.used || late.held != nil {
 		t.Fatalf("the held claim was not applied (used %v)", late.used)
+	}
+}
+
+// A term whose write lands but reports an unknown outcome is recognised when read back: it is
+// the reply applied (answered, counted, and the DEAD event published), not a stale one.
+func TestAckUnknownOutcomeRecognised(t *testing.T) {
+	t.Parallel()
+	fe := newFaultEnv(t)
+	fires := fe.fires("pay")
+	dead := make(chan *nats.Msg, 4)
+	sub, err := fe.nc.ChanSubscribe(bridge.DeadPrefix+"pay", dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	fe.due("pay-4", "pay")
+	m := next(t, fires)
+	fe.store.Inject(faultstore.Rule{Op: faultstore.OpUpdate, ID: "pay-4", Mode: faultstore.ApplyThenTimeout, Times: 1})
+	if _, err := fe.nc.Request(m.Reply, []byte("+TERM bad card"), 10*time.Second); err != nil { // TermWithReason, sync
+		t.Fatalf("term: %v", err)
+	}
+	if task := fe.get("pay-4"); task.Status != kvstore.StatusDead || task.LastError != "bad card" {
+		t.Fatalf("record after the term: %s %q", task.Status, task.LastError)
+	}
+	if d := next(t, dead); d.Subject != bridge.DeadPrefix+"pay" || d.Header.Get(bridge.HeaderError) != "bad card" {
+		t.Fatalf("dead event %s %v", d.Subject, d.Header)
+	}
+	if a, s := fe.counter("ax_acks_total", "outcome", "term"), fe.counter("ax_acks_total", "outcome", "stale"); a != 1 || s != 0 {
+		t.Errorf("terms applied %v, stale %v; want 1 and 0", a, s)
+	}
+	if u := fe.counter("ax_store_unknown_outcomes_total", "op", "ack"); u != 1 {
+		t.Errorf("ack unknown outcomes %v, want 1", u)
 	}
 }
