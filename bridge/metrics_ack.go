@@ -20,7 +20,7 @@ const (
 
 // ackMetrics are the series of claims and acks under faults.
 type ackMetrics struct {
-	storeErrors *prometheus.CounterVec // every failed store call that was not a conflict
+	storeErrors *prometheus.CounterVec // every failed store call (conflicts and missing records are outcomes, not failures)
 	unknown     *prometheus.CounterVec // the subset that may have been applied all the same
 	drops       dropCounter
 }
@@ -28,9 +28,9 @@ type ackMetrics struct {
 func newAckMetrics(reg prometheus.Registerer) *ackMetrics {
 	m := &ackMetrics{
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "store_errors_total",
-			Help: "Store calls that failed (conflicts and missing records excepted), by operation."}, []string{"op"}),
+			Help: "Task store operations that failed, by operation."}, []string{"op"}),
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "store_unknown_outcomes_total",
-			Help: "Store writes that got no definite answer (timeout, connection closed), by operation."}, []string{"op"}),
+			Help: "Task store writes that got no answer, so may or may not have landed, by operation."}, []string{"op"}),
 	}
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ax", Name: "ack_dropped_total",
 		Help: "Acks the client dropped because an ack subscription was over its pending limits (slow consumer)."},
@@ -44,7 +44,8 @@ func newAckMetrics(reg prometheus.Registerer) *ackMetrics {
 }
 
 // registerShared registers c, or returns the collector of the same name already registered (the
-// store series are shared by every part of the bridge that calls the store).
+// store series are shared by every part of the bridge that calls the store). Every part must give
+// the series the same help text: the registry refuses one that differs.
 func registerShared(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
 	err := reg.Register(c)
 	var are prometheus.AlreadyRegisteredError
