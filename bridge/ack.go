@@ -197,7 +197,7 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 		}
 		var wrote *kvstore.Task
 		if !errors.Is(err, kvstore.ErrConflict) {
-			b.m.ack.storeError(opAck, err)
+			b.storeFailed(opAck, op.addr.id, err)
 			wrote = &next
 		}
 		// Settle it on a goroutine of its own: this one completes other writes.
@@ -232,7 +232,7 @@ func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Tas
 			op.respond() // the record is gone: the claim is over
 			return
 		case err != nil:
-			b.m.ack.storeError(opAckRead, err)
+			b.storeFailed(opAckRead, op.addr.id, err)
 			if !wait.next(ctx) {
 				return
 			}
@@ -261,7 +261,7 @@ func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Tas
 				return
 			}
 		default:
-			b.m.ack.storeError(opAck, err)
+			b.storeFailed(opAck, op.addr.id, err)
 			if len(unknown) == maxUnknownWrites {
 				unknown = unknown[1:]
 			}

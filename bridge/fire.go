@@ -59,7 +59,7 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, round int) {
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
 			return // another replica or an API call got there first; the watch brings its write
 		default:
-			b.m.ack.storeError(opClaim, err)
+			b.storeFailed(opClaim, e.Task.ID, err)
 		}
 		b.pipelined.Add(1)
 		go func() { // not on this goroutine: it completes other writes
@@ -87,7 +87,7 @@ func (b *Bridge) settleClaim(ctx context.Context, from kvstore.Entry, claimed *k
 		case errors.Is(err, kvstore.ErrNotFound):
 			return
 		case err != nil:
-			b.m.ack.storeError(opClaimRead, err)
+			b.storeFailed(opClaimRead, from.Task.ID, err)
 			if b.cfg.Now().UnixMilli() >= claimed.LeaseUntil || !wait.next(ctx) {
 				return
 			}

@@ -60,6 +60,13 @@ func registerShared(reg prometheus.Registerer, c *prometheus.CounterVec) *promet
 	return c
 }
 
+// storeFailed records a failed store call of op on task id: the one place where claims and acks
+// report store failures (metrics here; an outage log may hook in too).
+func (b *Bridge) storeFailed(op, id string, err error) {
+	b.m.ack.storeError(op, err)
+	b.log.Debug("store call failed; retrying", "op", op, "task_id", id, "err", err)
+}
+
 // storeError counts a failed store call of op.
 func (m *ackMetrics) storeError(op string, err error) {
 	m.storeErrors.WithLabelValues(op).Inc()
