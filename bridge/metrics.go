@@ -15,6 +15,7 @@ type metrics struct {
 	dead         *prometheus.CounterVec
 	corrupt      prometheus.Counter
 	pending      prometheus.Gauge
+	ack          *ackMetrics // metrics_ack.go: store errors of claims and acks, dropped acks
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,6 +38,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Task records that could not be decoded."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: "tasks_indexed",
 			Help: "Task records this replica holds in its timing wheel (waiting, running and retained)."}),
+		ack: newAckMetrics(reg),
 	}
 	if reg != nil {
 		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.dead, m.corrupt, m.pending)
