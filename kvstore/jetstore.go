@@ -378,9 +378,11 @@ func (s *JetStore) encode(t *Task) (key string, val []byte, err error) {
 	return Key(t.ID, s.cfg.Partitions), val, nil
 }
 
-// mapError translates nats.go errors into this package's sentinels. It is the only place that
-// knows JetStream error codes: a CAS conflict is "wrong last sequence", code 10071 on an R1 stream
-// and 10164 (JSStreamWrongLastSequenceConstantErr) on a replicated one; nats.go reports it as
+// mapError translates nats.go errors into this package's sentinels. With keyBusy it is the only
+// place that knows JetStream error codes: a CAS conflict is "wrong last sequence", code 10071, and
+// 10164 (JSStreamWrongLastSequenceConstantErr), which a replicated stream's leader sends without
+// comparing while the key is busy (Update and Delete ask again on it, see keyBusy; Create settles
+// it by reading); nats.go reports it as
 // ErrKeyExists (matched by code 10071 only), as ErrKeyRevisionMismatch (kv.Update, kv.Delete) or
 // as a bare *APIError (publishes, sync or async). Other errors pass through.
 func mapError(err error) error {

@@ -1,6 +1,7 @@
 package kvstore_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -64,6 +65,48 @@ func TestJetStoreR3WriteRightBehindCreate(t *testing.T) {
 		}
 		if err != nil {
 			t.Errorf("%s of %s at revision %d, right behind its create: %v", w.name, id, next, err)
+		}
+	}
+}
+
+// Asking again on a busy key must not hide a real conflict: of two claims at one revision sent
+// back to back (the second reaches the leader while the first is in process), exactly one lands
+// and the other is ErrConflict; a write at a stale revision is ErrConflict at once.
+func TestJetStoreR3BusyKeyStillConflicts(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, 3)
+	s := openJetStore(t, newJS(t, c.ClientURLs()), kvstore.Config{Bucket: newBucketName(), Replicas: 3})
+	ctx := testContext(t)
+	for i := range 10 {
+		id := fmt.Sprintf("race-%d", i)
+		e := mustCreate(t, s, newTask(id))
+		type res struct {
+			rev uint64
+			err error
+		}
+		ch := make(chan res, 2)
+		for _, owner := range []string{"r1", "r2"} {
+			task := newTask(id)
+			task.Status, task.Attempt, task.Owner = kvstore.StatusRunning, 1, owner
+			s.UpdateAsync(ctx, task, e.Revision, func(rev uint64, err error) { ch <- res{rev, err} })
+		}
+		var won, lost int
+		for range 2 {
+			r, err := awaitResult(ch, func(r res) (res, error) { return r, r.err })
+			switch {
+			case err == nil && r.rev > e.Revision:
+				won++
+			case errors.Is(err, kvstore.ErrConflict):
+				lost++
+			default:
+				t.Errorf("claim of %s at revision %d: revision %d, %v", id, e.Revision, r.rev, err)
+			}
+		}
+		if won != 1 || lost != 1 {
+			t.Errorf("claims of %s at revision %d: %d landed, %d conflicts; want one each", id, e.Revision, won, lost)
+		}
+		if _, err := s.Update(ctx, newTask(id), e.Revision); !errors.Is(err, kvstore.ErrConflict) {
+			t.Errorf("update of %s at stale revision %d: %v, want ErrConflict", id, e.Revision, err)
 		}
 	}
 }
