@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -19,7 +20,7 @@ import (
 
 // clusterBurst is the size of the burst in TestClusterBurstAfterLeaderRestart; AX_CLUSTER_BURST
 // runs it larger (the issue saw its loss in a 50k burst).
-var clusterBurst = envInt("AX_CLUSTER_BURST", 5_000)
+var clusterBurst = envInt("AX_CLUSTER_BURST", 2_000)
 
 // syncAlways is nats-server's sync_interval: always: every JetStream write is an fsync.
 func syncAlways(o *server.Options) { o.SyncAlways = true }
@@ -73,23 +74,21 @@ func TestClusterBurstAfterLeaderRestart(t *testing.T) {
 		h.Set(bridge.HeaderDeliverAt, strconv.FormatInt(due.UnixMilli(), 10))
 	})
 
-	checkFor(45*time.Second, func() bool { return fires.distinct() == len(ids) })
-	records := e.readRecords(t, ids)
+	checkFor(60*time.Second, func() bool { return fires.distinct() == len(ids) })
+	records := e.readRecords(ids)
 	byStatus := map[kvstore.Status]int{}
-	var waiting []string
-	for _, id := range ids {
-		r, ok := records[id]
-		if !ok {
-			continue // readRecords reported it
-		}
+	for _, r := range records {
 		byStatus[r.Task.Status]++
-		if r.Task.Status == kvstore.StatusWaiting && r.Task.DueAt <= time.Now().UnixMilli() {
-			waiting = append(waiting, fmt.Sprintf("%s (revision %d, attempt %d)", id, r.Revision, r.Task.Attempt))
-		}
 	}
 	t.Logf("burst of %d: %d fired, records by status %v", len(ids), fires.distinct(), byStatus)
-	if len(waiting) > 0 {
-		t.Errorf("%d tasks still WAITING past due, e.g. %v", len(waiting), waiting[:min(len(waiting), 5)])
+	// A task can be WAITING past due for a moment (a retry that just came due); a stuck one stays.
+	overdue := waitingPastDue(records)
+	checkFor(15*time.Second, func() bool {
+		overdue = waitingPastDue(e.readRecords(overdue))
+		return len(overdue) == 0
+	})
+	if len(overdue) > 0 {
+		t.Errorf("%d tasks still WAITING past due, e.g. %v", len(overdue), overdue[:min(len(overdue), 5)])
 	}
 	if missing := fires.missing(ids); len(missing) > 0 {
 		t.Errorf("%d tasks never fired, e.g. %v", len(missing), missing[:min(len(missing), 5)])
@@ -104,7 +103,7 @@ func TestClusterBurstAfterLeaderRestart(t *testing.T) {
 // server.
 func (e *env) watchOffLeader(c *natstest.Cluster, stream string) {
 	e.t.Helper()
-	t := e.t.(*testing.T)
+	t := e.t
 	for range 5 {
 		var host string
 		if !checkFor(30*time.Second, func() bool {
@@ -162,7 +161,7 @@ func currentLeader(c *natstest.Cluster, stream string) *natstest.Server {
 }
 
 // streamLeader waits until one of the cluster's servers leads the stream and returns it.
-func streamLeader(t *testing.T, c *natstest.Cluster, stream string) *natstest.Server {
+func streamLeader(t testing.TB, c *natstest.Cluster, stream string) *natstest.Server {
 	t.Helper()
 	var leader *natstest.Server
 	if !checkFor(20*time.Second, func() bool {
@@ -270,9 +269,22 @@ func (r *fireRecord) missing(ids []string) []string {
 	return out
 }
 
+// waitingPastDue is the ids of the records that are WAITING and due.
+func waitingPastDue(records map[string]kvstore.Entry) []string {
+	now := time.Now().UnixMilli()
+	var ids []string
+	for id, r := range records {
+		if r.Task.Status == kvstore.StatusWaiting && r.Task.DueAt <= now {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // readRecords reads the record of every id from the stream leader, a few reads at a time.
-func (e *env) readRecords(t *testing.T, ids []string) map[string]kvstore.Entry {
-	t.Helper()
+func (e *env) readRecords(ids []string) map[string]kvstore.Entry {
+	e.t.Helper()
 	const readers = 8
 	var mu sync.Mutex
 	out := make(map[string]kvstore.Entry, len(ids))
@@ -282,7 +294,7 @@ func (e *env) readRecords(t *testing.T, ids []string) map[string]kvstore.Entry {
 			for i := r; i < len(ids); i += readers {
 				ent, err := e.store.Get(context.Background(), ids[i])
 				if err != nil {
-					t.Errorf("read task %s: %v", ids[i], err)
+					e.t.Errorf("read task %s: %v", ids[i], err)
 					continue
 				}
 				mu.Lock()
