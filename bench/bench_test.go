@@ -137,7 +137,9 @@ func TestBenchCancelTearsDown(t *testing.T) {
 	defer cancel()
 	w := &lineSignal{want: "nats-server process(es) up", seen: make(chan struct{})}
 	done := make(chan int, 1)
-	go func() { done <- Main(ctx, []string{"--nats-server", serverBin, "--only", "pending", "--pending", "1000000"}, io.Discard, w) }()
+	go func() {
+		done <- Main(ctx, []string{"--nats-server", serverBin, "--only", "pending", "--pending", "1000000"}, io.Discard, w)
+	}()
 	select {
 	case <-w.seen:
 	case <-time.After(60 * time.Second):
