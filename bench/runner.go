@@ -72,14 +72,15 @@ func (r *runner) burstLead(side string) time.Duration {
 	return time.Duration(2*float64(r.o.burst)/rate*float64(time.Second)) + 5*time.Second
 }
 
-// waitFor polls cond every 5 ms until it holds, reporting status every 2 s; it fails once
-// within has passed or ctx ended.
+// waitFor polls cond every 10 ms until it holds, reporting status every 2 s; it fails once
+// within has passed or ctx ended. (Conditions that ask the server cost it a JetStream API call
+// each: polling faster would load the server being measured.)
 func (r *runner) waitFor(ctx context.Context, what string, within time.Duration, cond func() bool, status func() string) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	stop := r.p.every(what, status)
 	defer stop()
-	if !poll(ctx, 5*time.Millisecond, cond) {
+	if !poll(ctx, 10*time.Millisecond, cond) {
 		return fmt.Errorf("%s: not done within %v (%s)", what, within, status())
 	}
 	return nil
