@@ -123,7 +123,7 @@ func (s *bridgeSide) stopBridge() {
 
 // account adds the side's rejections to x's lost tasks and notes its duplicate reports.
 func (s *bridgeSide) account(x *result) {
-	s.account(x)
+	x.lost += int(s.rejected.Load())
 	if d := s.duplicates.Load(); d > 0 {
 		x.notes = append(x.notes, fmt.Sprintf("%d schedule messages reported on ax.duplicate (an intake redelivery of a task already stored: not lost)", d))
 	}
