@@ -37,7 +37,7 @@ type bridgeSide struct {
 	// duplicates counts ax.duplicate.> events: a schedule message whose task is already stored
 	// (here: a redelivery of the intake stream), so not lost; reported as a note.
 	duplicates atomic.Int64
-	subs     []*nats.Subscription
+	subs       []*nats.Subscription
 }
 
 func (r *runner) openBridge(ctx context.Context, srv *serverSet) (*bridgeSide, error) {
@@ -79,13 +79,10 @@ func (r *runner) startBridge(ctx context.Context, s *bridgeSide) error {
 	}
 	var store *kvstore.JetStore
 	// A fresh cluster may not place an R3 bucket at once: retry briefly.
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	poll(cctx, 100*time.Millisecond, func() bool {
-		store, err = kvstore.OpenJetStore(cctx, bjs, kvstore.Config{Bucket: bridgeBucket, Replicas: s.srv.replicas()})
-		return err == nil
-	})
-	if err != nil {
+	if err := retry(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
+		store, err = kvstore.OpenJetStore(ctx, bjs, kvstore.Config{Bucket: bridgeBucket, Replicas: s.srv.replicas()})
+		return err
+	}); err != nil {
 		bnc.Close()
 		return fmt.Errorf("open bucket: %w", err)
 	}

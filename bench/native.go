@@ -51,13 +51,10 @@ func (r *runner) openNative(ctx context.Context, srv *serverSet) (*nativeSide, e
 	}
 	var s jetstream.Stream
 	// A fresh cluster may not place an R3 stream at once: retry briefly.
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	poll(cctx, 100*time.Millisecond, func() bool {
-		s, err = js.CreateStream(cctx, cfg)
-		return err == nil
-	})
-	if err != nil {
+	if err := retry(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
+		s, err = js.CreateStream(ctx, cfg)
+		return err
+	}); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("create schedule stream: %w", err)
 	}
@@ -331,13 +328,10 @@ func (r *runner) reopenNative(ctx context.Context, srv *serverSet) (*nativeSide,
 		return nil, err
 	}
 	var s jetstream.Stream
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	poll(cctx, 10*time.Millisecond, func() bool {
-		s, err = js.Stream(cctx, nativeStream)
-		return err == nil
-	})
-	if err != nil {
+	if err := retry(ctx, 2*time.Minute, 10*time.Millisecond, func(ctx context.Context) (err error) {
+		s, err = js.Stream(ctx, nativeStream)
+		return err
+	}); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("schedule stream after restart: %w", err)
 	}

@@ -252,3 +252,22 @@ func poll(ctx context.Context, interval time.Duration, cond func() bool) bool {
 		}
 	}
 }
+
+// retry calls f, each call bounded by 5 s, every interval until it succeeds or within has
+// passed; it returns f's last error. For JetStream calls right after servers start or restart,
+// when a request can go unanswered until the cluster has placed or recovered the asset.
+func retry(ctx context.Context, within, interval time.Duration, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var err error
+	poll(ctx, interval, func() bool {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err = f(actx)
+		return err == nil
+	})
+	if err == nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	return err
+}
