@@ -82,4 +82,3 @@ func (r *runner) reopenNative(ctx context.Context, srv *serverSet) (*nativeSide,
 	}
 	return &nativeSide{nc: nc, js: js, s: s}, nil
 }
-
