@@ -107,7 +107,7 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 			_ = w.Stop()
 		}
 	}()
-	found := make(chan candidate) // reconciler → loop: records the index may have missed
+	found := make(chan reconcileMsg) // reconciler ⇄ loop: records the index may have missed
 	helpers.Add(1)
 	go func() {
 		defer helpers.Done()
@@ -161,9 +161,9 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 		case r := <-b.results:
 			l.now = b.read()
 			l.result(r)
-		case c := <-found:
+		case m := <-found:
 			l.now = b.read()
-			l.check(c)
+			l.reconciled(m)
 		case <-timer.C:
 		case out <- next:
 			l.sent()
