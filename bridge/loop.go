@@ -49,11 +49,12 @@ type result struct {
 	entries []kvstore.Entry // pre-read records, for jobPreRead
 }
 
-// flight is a step taken from the index and not yet seen through: the revision it was taken at
-// and when (monotonic).
+// flight is a step taken from the index and not yet seen through: the revision it was taken at,
+// whether it still waits in a job queue, and when (monotonic) a worker took it.
 type flight struct {
-	rev uint64
-	at  time.Time
+	rev    uint64
+	queued bool
+	at     time.Time
 }
 
 // loopState is owned by the loop goroutine alone.
@@ -166,14 +167,14 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 			l.reconciled(m)
 		case <-timer.C:
 		case out <- next:
-			l.sent()
+			l.sent(next)
 			for { // hand out more while workers are waiting, without a turn each
 				if out, next = l.nextJob(); out == nil {
 					break
 				}
 				select {
 				case out <- next:
-					l.sent()
+					l.sent(next)
 					continue
 				default:
 				}
@@ -208,8 +209,11 @@ func (l *loopState) nextJob() (chan<- job, job) {
 	return nil, job{}
 }
 
-// sent drops the job a worker took from its queue.
-func (l *loopState) sent() {
+// sent drops the job j a worker took from its queue; the step is now in the worker's hands.
+func (l *loopState) sent(j job) {
+	if f, ok := l.flight[j.id]; ok && j.kind != jobPreRead && f.rev == j.rev {
+		l.flight[j.id] = flight{rev: j.rev, at: l.now.mono}
+	}
 	q := &l.house
 	if len(l.fires) > 0 {
 		q = &l.fires
@@ -281,7 +285,7 @@ func (l *loopState) take() {
 			}
 		}
 		l.fires = append(l.fires, j)
-		l.flight[n.id] = flight{rev: n.rev, at: l.now.mono}
+		l.flight[n.id] = flight{rev: n.rev, queued: true}
 	}
 	for len(l.house) < maxQueued {
 		n, ok := l.idx.peek(heapHouse)
@@ -290,7 +294,7 @@ func (l *loopState) take() {
 		}
 		l.idx.pop(heapHouse)
 		l.house = append(l.house, job{kind: jobLease, id: n.id, rev: n.rev, due: n.due})
-		l.flight[n.id] = flight{rev: n.rev, at: l.now.mono}
+		l.flight[n.id] = flight{rev: n.rev, queued: true}
 	}
 }
 
@@ -449,7 +453,7 @@ func (l *loopState) stats() {
 	if l.now.mono.Sub(l.lastPrune) >= 10*flightStale {
 		l.lastPrune = l.now.mono
 		for id, f := range l.flight {
-			if l.now.mono.Sub(f.at) >= 10*flightStale {
+			if !f.queued && l.now.mono.Sub(f.at) >= 10*flightStale {
 				delete(l.flight, id)
 			}
 		}

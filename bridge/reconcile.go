@@ -174,7 +174,7 @@ func (l *loopState) suspect(c candidate) string {
 		}
 		return "late"
 	}
-	if f, ok := l.flight[c.id]; ok && f.rev >= c.rev && l.now.mono.Sub(f.at) < flightStale {
+	if f, ok := l.flight[c.id]; ok && f.rev >= c.rev && (f.queued || l.now.mono.Sub(f.at) < flightStale) {
 		return ""
 	}
 	return "missing"
