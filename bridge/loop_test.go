@@ -29,7 +29,9 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 }
 
 // reads is how many store reads the bridge has made.
-func reads(fs *faultstore.Store) int { return fs.Calls(faultstore.OpGet) + fs.Calls(faultstore.OpGetMany) }
+func reads(fs *faultstore.Store) int {
+	return fs.Calls(faultstore.OpGet) + fs.Calls(faultstore.OpGetMany)
+}
 
 // A wall clock stepped 1h ahead holds nothing back: a task due 2s after the step (by the stepped
 // clock) fires about 2s later, not an hour later, and one that was due 2s after the old reading is
