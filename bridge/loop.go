@@ -437,6 +437,7 @@ func (l *loopState) stats() {
 		return
 	}
 	l.lastStats = l.now.mono
+	l.b.outage.tick()
 	n, oldest := l.idx.countDue(heapFire, l.now.ms, jobFire)
 	if len(l.fires) > 0 {
 		n += len(l.fires)

@@ -8,9 +8,11 @@ import (
 )
 
 // outageLog reports store failures once per change of state instead of once per task: the first
-// failure is a Warn with its error, a failure that goes on is summed up once a minute, and the
-// first success after failures is an Info with the count. Workers share one; it is safe for
-// concurrent use and costs one atomic load on the success path.
+// failure is a Warn with its error, a failure that goes on is summed up once a minute, and the end
+// of the outage, once no step has failed for outageQuiet (tasks retry every retryStoreAfter, so
+// an outage that goes on keeps failing), is an Info with the count. Reads may work while writes
+// fail, so one success does not end it. Workers share one, the loop ticks it; it is safe for
+// concurrent use and costs one atomic load while the store is healthy.
 type outageLog struct {
 	log     *slog.Logger
 	failing atomic.Bool
@@ -18,11 +20,16 @@ type outageLog struct {
 	mu       sync.Mutex
 	since    time.Time // start of the outage
 	lastLog  time.Time
+	lastFail time.Time
 	failures int // failed calls since the outage began
 }
 
-// outageSummaryEvery is how often an outage that goes on is logged again.
-const outageSummaryEvery = time.Minute
+const (
+	// outageSummaryEvery is how often an outage that goes on is logged again.
+	outageSummaryEvery = time.Minute
+	// outageQuiet is how long no step may fail before an outage counts as over.
+	outageQuiet = 3 * retryStoreAfter
+)
 
 func newOutageLog(log *slog.Logger) *outageLog { return &outageLog{log: log} }
 
@@ -32,6 +39,7 @@ func (o *outageLog) failed(step, id string, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.failures++
+	o.lastFail = now
 	switch {
 	case !o.failing.Load():
 		o.failing.Store(true)
@@ -44,16 +52,21 @@ func (o *outageLog) failed(step, id string, err error) {
 	}
 }
 
-// ok records a successful store call; it ends an outage.
-func (o *outageLog) ok() {
+// ok records a successful store call, and tick the passing of time (the loop calls it once a
+// second): either ends an outage once no step has failed for outageQuiet.
+func (o *outageLog) ok() { o.tick() }
+
+func (o *outageLog) tick() {
 	if !o.failing.Load() {
 		return
 	}
+	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.failing.Load() {
+	if !o.failing.Load() || now.Sub(o.lastFail) < outageQuiet {
 		return
 	}
 	o.failing.Store(false)
-	o.log.Info("task store calls succeed again", "failures", o.failures, "after", time.Since(o.since).Round(time.Millisecond))
+	o.log.Info("task store calls succeed again", "failures", o.failures,
+		"after", o.lastFail.Sub(o.since).Round(time.Millisecond))
 }
