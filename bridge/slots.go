@@ -10,20 +10,26 @@ package bridge
 // index holds no origin that a clock step could invalidate. It is owned by the loop goroutine.
 type slots struct {
 	byID  map[string]int32 // id → position in nodes
-	nodes []slotNode       // slab; free positions are chained through heap
+	nodes []slotNode       // slab; free positions are chained through pos
 	free  int32            // first free position, or -1
 	heaps [2]slotHeap      // heapFire, heapHouse
 	seq   uint64           // insertion counter, for ties in deadline order
 }
 
-// slotNode is one indexed step.
+// slotNode is one indexed step; its due time lives in its heap element.
 type slotNode struct {
+	id   string
+	rev  uint64
+	pos  int32 // position in its heap; the next free node while free
+	kind jobKind
+}
+
+// slotEntry is an indexed step as the index's users see it.
+type slotEntry struct {
 	id   string
 	due  int64 // UTC Unix ms at which the step is due
 	rev  uint64
-	seq  uint64
 	kind jobKind
-	pos  int32 // position in its heap; the next free node while free
 }
 
 const (
@@ -43,20 +49,27 @@ func newSlots() *slots { return &slots{byID: make(map[string]int32), free: -1} }
 // len is the number of indexed tasks.
 func (s *slots) len() int { return len(s.byID) }
 
+func (s *slots) entry(i int32) slotEntry {
+	n := &s.nodes[i]
+	return slotEntry{id: n.id, due: s.heaps[heapOf(n.kind)][n.pos].due, rev: n.rev, kind: n.kind}
+}
+
 // get returns the entry of id.
-func (s *slots) get(id string) (slotNode, bool) {
+func (s *slots) get(id string) (slotEntry, bool) {
 	i, ok := s.byID[id]
 	if !ok {
-		return slotNode{}, false
+		return slotEntry{}, false
 	}
-	return s.nodes[i], true
+	return s.entry(i), true
 }
 
 // put indexes id's next step, replacing any entry id had.
 func (s *slots) put(id string, due int64, rev uint64, kind jobKind) {
-	s.remove(id)
-	var i int32
-	if s.free >= 0 {
+	i, ok := s.byID[id]
+	if ok {
+		n := &s.nodes[i]
+		s.heaps[heapOf(n.kind)].removeAt(s.nodes, int(n.pos))
+	} else if s.free >= 0 {
 		i = s.free
 		s.free = s.nodes[i].pos
 	} else {
@@ -64,9 +77,9 @@ func (s *slots) put(id string, due int64, rev uint64, kind jobKind) {
 		s.nodes = append(s.nodes, slotNode{})
 	}
 	s.seq++
-	s.nodes[i] = slotNode{id: id, due: due, rev: rev, seq: s.seq, kind: kind}
+	s.nodes[i] = slotNode{id: id, rev: rev, kind: kind}
 	s.byID[id] = i
-	s.heaps[heapOf(kind)].push(s.nodes, i)
+	s.heaps[heapOf(kind)].push(s.nodes, heapElem{due: due, seq: s.seq, i: i})
 }
 
 // remove drops id's entry; false if it had none.
@@ -82,20 +95,20 @@ func (s *slots) remove(id string) bool {
 }
 
 // peek returns the earliest entry of heap h.
-func (s *slots) peek(h int) (slotNode, bool) {
+func (s *slots) peek(h int) (slotEntry, bool) {
 	if len(s.heaps[h]) == 0 {
-		return slotNode{}, false
+		return slotEntry{}, false
 	}
-	return s.nodes[s.heaps[h][0]], true
+	return s.entry(s.heaps[h][0].i), true
 }
 
 // pop removes and returns the earliest entry of heap h (it must not be empty).
-func (s *slots) pop(h int) slotNode {
-	i := s.heaps[h][0]
-	n := s.nodes[i]
+func (s *slots) pop(h int) slotEntry {
+	i := s.heaps[h][0].i
+	e := s.entry(i)
 	s.heaps[h].removeAt(s.nodes, 0)
 	s.release(i)
-	return n
+	return e
 }
 
 // countDue counts the entries of kind in heap h that are due at or before ms, and returns the
@@ -110,20 +123,18 @@ func (s *slots) countDue(h int, ms int64, kind jobKind) (n int, earliest int64) 
 	for len(stack) > 0 {
 		p := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if p >= len(hp) {
+		if p >= len(hp) || hp[p].due > ms {
 			continue
 		}
-		nd := &s.nodes[hp[p]]
-		if nd.due > ms {
-			continue
-		}
-		if nd.kind == kind {
-			if n == 0 || nd.due < earliest {
-				earliest = nd.due
+		if s.nodes[hp[p].i].kind == kind {
+			if n == 0 || hp[p].due < earliest {
+				earliest = hp[p].due
 			}
 			n++
 		}
-		stack = append(stack, 2*p+1, 2*p+2)
+		for c := heapArity*p + 1; c <= heapArity*p+heapArity; c++ {
+			stack = append(stack, c)
+		}
 	}
 	return n, earliest
 }
@@ -140,24 +151,34 @@ func (s *slots) release(i int32) {
 	}
 }
 
-// slotHeap is a binary min-heap of node positions ordered by (due, seq).
-type slotHeap []int32
+// heapArity: a 4-ary heap has half the levels of a binary one, and a node's children share
+// cache lines.
+const heapArity = 4
 
-func less(nodes []slotNode, a, b int32) bool {
-	x, y := &nodes[a], &nodes[b]
-	if x.due != y.due {
-		return x.due < y.due
+// heapElem is one heap element: the ordering key inline, so that sifting reads only the heap.
+type heapElem struct {
+	due int64
+	seq uint64
+	i   int32 // node
+}
+
+func (a heapElem) before(b heapElem) bool {
+	if a.due != b.due {
+		return a.due < b.due
 	}
-	return x.seq < y.seq
+	return a.seq < b.seq
 }
 
-func (h *slotHeap) set(nodes []slotNode, p int, i int32) {
-	(*h)[p] = i
-	nodes[i].pos = int32(p)
+// slotHeap is a 4-ary min-heap ordered by (due, seq); each node knows its position.
+type slotHeap []heapElem
+
+func (h slotHeap) set(nodes []slotNode, p int, e heapElem) {
+	h[p] = e
+	nodes[e.i].pos = int32(p)
 }
 
-func (h *slotHeap) push(nodes []slotNode, i int32) {
-	*h = append(*h, i)
+func (h *slotHeap) push(nodes []slotNode, e heapElem) {
+	*h = append(*h, e)
 	h.up(nodes, len(*h)-1)
 }
 
@@ -176,35 +197,38 @@ func (h *slotHeap) removeAt(nodes []slotNode, p int) {
 	}
 }
 
-func (h *slotHeap) up(nodes []slotNode, p int) {
-	i := (*h)[p]
+func (h slotHeap) up(nodes []slotNode, p int) {
+	e := h[p]
 	for p > 0 {
-		parent := (p - 1) / 2
-		if !less(nodes, i, (*h)[parent]) {
+		parent := (p - 1) / heapArity
+		if !e.before(h[parent]) {
 			break
 		}
-		h.set(nodes, p, (*h)[parent])
+		h.set(nodes, p, h[parent])
 		p = parent
 	}
-	h.set(nodes, p, i)
+	h.set(nodes, p, e)
 }
 
-func (h *slotHeap) down(nodes []slotNode, p int) {
-	n := len(*h)
-	i := (*h)[p]
+func (h slotHeap) down(nodes []slotNode, p int) {
+	n := len(h)
+	e := h[p]
 	for {
-		c := 2*p + 1
-		if c >= n {
+		first := heapArity*p + 1
+		if first >= n {
 			break
 		}
-		if c+1 < n && less(nodes, (*h)[c+1], (*h)[c]) {
-			c++
+		c := first
+		for k := first + 1; k < first+heapArity && k < n; k++ {
+			if h[k].before(h[c]) {
+				c = k
+			}
 		}
-		if !less(nodes, (*h)[c], i) {
+		if !h[c].before(e) {
 			break
 		}
-		h.set(nodes, p, (*h)[c])
+		h.set(nodes, p, h[c])
 		p = c
 	}
-	h.set(nodes, p, i)
+	h.set(nodes, p, e)
 }
