@@ -92,6 +92,21 @@ func (e *loopEnv) create(id string, dueMs int64) kvstore.Entry {
 	return en
 }
 
+// createRunning stores a RUNNING task of bizType "loop" at attempt 1, leased by owner until untilMs.
+func (e *loopEnv) createRunning(id, owner string, untilMs int64) kvstore.Entry {
+	e.t.Helper()
+	now := e.clock.ms()
+	en, err := e.mem.Create(context.Background(), &kvstore.Task{
+		ID: id, BizType: "loop", Payload: []byte("p-" + id), Status: kvstore.StatusRunning, DueAt: now, Attempt: 1,
+		MaxRetry: 3, AckWait: time.Second, Backoff: []time.Duration{time.Hour}, LeaseUntil: untilMs, Owner: owner,
+		Claim: 1, CreatedAt: now, UpdatedAt: now,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return en
+}
+
 // fire is one fire message as a consumer saw it, with the bridge clock's reading on arrival.
 type fire struct {
 	id      string
