@@ -46,15 +46,18 @@ type result struct {
 	rev     uint64
 	kind    jobKind
 	at      int64           // UTC Unix ms at which to try again
+	retry   bool            // a store call failed (the task stays overdue meanwhile)
 	entries []kvstore.Entry // pre-read records, for jobPreRead
 }
 
 // flight is a step taken from the index and not yet seen through: the revision it was taken at,
-// whether it still waits in a job queue, and when (monotonic) a worker took it.
+// whether it still waits in a job queue, when (monotonic) a worker took it, and when the task was
+// due (UTC Unix ms; a fire's first due time, kept across retries).
 type flight struct {
 	rev    uint64
 	queued bool
 	at     time.Time
+	due    int64
 }
 
 // loopState is owned by the loop goroutine alone.
@@ -68,6 +71,7 @@ type loopState struct {
 	house     []job // lease and pre-read jobs, after every fire (at most maxQueued)
 	reads     []string
 	flight    map[string]flight // steps taken from the index whose record has not changed since
+	retrying  map[string]int64  // fires put back after a failed store call: id → when the task was due
 	clock     stepDetector
 	lastStats time.Time // monotonic: when the overdue gauges were last computed
 	lastPrune time.Time
@@ -92,10 +96,11 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 		}
 	}()
 	l := &loopState{
-		b:      b,
-		idx:    newSlots(),
-		near:   make(map[string]*kvstore.Entry),
-		flight: make(map[string]flight),
+		b:        b,
+		idx:      newSlots(),
+		near:     make(map[string]*kvstore.Entry),
+		flight:   make(map[string]flight),
+		retrying: make(map[string]int64),
 	}
 	l.now = b.read()
 	l.clock.check(l.now)
@@ -212,7 +217,7 @@ func (l *loopState) nextJob() (chan<- job, job) {
 // sent drops the job j a worker took from its queue; the step is now in the worker's hands.
 func (l *loopState) sent(j job) {
 	if f, ok := l.flight[j.id]; ok && j.kind != jobPreRead && f.rev == j.rev {
-		l.flight[j.id] = flight{rev: j.rev, at: l.now.mono}
+		l.flight[j.id] = flight{rev: j.rev, at: l.now.mono, due: f.due}
 	}
 	q := &l.house
 	if len(l.fires) > 0 {
@@ -278,6 +283,10 @@ func (l *loopState) take() {
 			continue
 		}
 		j := job{kind: jobFire, id: n.id, rev: n.rev, due: n.due}
+		if due, ok := l.retrying[n.id]; ok {
+			j.due = due
+			delete(l.retrying, n.id)
+		}
 		if e, ok := l.near[n.id]; ok {
 			l.dropNear(n.id)
 			if e.Revision == n.rev {
@@ -285,7 +294,7 @@ func (l *loopState) take() {
 			}
 		}
 		l.fires = append(l.fires, j)
-		l.flight[n.id] = flight{rev: n.rev, queued: true}
+		l.flight[n.id] = flight{rev: n.rev, queued: true, due: j.due}
 	}
 	for len(l.house) < maxQueued {
 		n, ok := l.idx.peek(heapHouse)
@@ -294,7 +303,7 @@ func (l *loopState) take() {
 		}
 		l.idx.pop(heapHouse)
 		l.house = append(l.house, job{kind: jobLease, id: n.id, rev: n.rev, due: n.due})
-		l.flight[n.id] = flight{rev: n.rev, queued: true}
+		l.flight[n.id] = flight{rev: n.rev, queued: true, due: n.due}
 	}
 }
 
@@ -336,6 +345,7 @@ func (l *loopState) apply(ev kvstore.Event) {
 			}
 			delete(l.flight, id)
 		}
+		delete(l.retrying, id)
 		l.dropNear(id)
 		t := &e.Task
 		if t.Status != kvstore.StatusRunning {
@@ -362,12 +372,14 @@ func (l *loopState) apply(ev kvstore.Event) {
 		l.idx.remove(ev.ID)
 		l.dropNear(ev.ID)
 		delete(l.flight, ev.ID)
+		delete(l.retrying, ev.ID)
 	case kvstore.EventError:
 		l.b.m.corrupt.Inc()
 		l.b.log.Error("unreadable task record; left alone", "task_id", ev.ID, "revision", ev.Revision, "err", ev.Err)
 		if cur, ok := l.idx.get(ev.ID); ok && cur.rev < ev.Revision {
 			l.idx.remove(ev.ID) // its older revision is gone: reading it again cannot help
 			l.dropNear(ev.ID)
+			delete(l.retrying, ev.ID)
 		}
 	}
 }
@@ -416,10 +428,15 @@ func (l *loopState) result(r result) {
 	if cur, ok := l.idx.get(r.id); ok && cur.rev > r.rev {
 		return // a newer revision is indexed already
 	}
+	due := r.at
 	if f, ok := l.flight[r.id]; ok && f.rev <= r.rev {
+		due = min(due, f.due)
 		delete(l.flight, r.id)
 	}
 	l.idx.put(r.id, r.at, r.rev, r.kind)
+	if r.retry && r.kind == jobFire && due < r.at {
+		l.retrying[r.id] = due // still overdue while it waits for its retry
+	}
 }
 
 // stats updates the gauges: the cheap ones every turn, the overdue ones at most once a second.
@@ -439,10 +456,18 @@ func (l *loopState) stats() {
 	l.lastStats = l.now.mono
 	l.b.outage.tick()
 	n, oldest := l.idx.countDue(heapFire, l.now.ms, jobFire)
-	if len(l.fires) > 0 {
-		n += len(l.fires)
-		if oldest == 0 || l.fires[0].due < oldest {
-			oldest = l.fires[0].due
+	for _, j := range l.fires {
+		if n == 0 || j.due < oldest {
+			oldest = j.due
+		}
+		n++
+	}
+	for id, due := range l.retrying {
+		if e, ok := l.idx.get(id); ok && e.due > l.now.ms && due <= l.now.ms { // not counted above
+			if n == 0 || due < oldest {
+				oldest = due
+			}
+			n++
 		}
 	}
 	m.loop.overdue.Set(float64(n))

@@ -286,3 +286,32 @@ func TestBacklogStaysWithinBounds(t *testing.T) {
 		}
 	}
 }
+
+// Tasks that cannot be claimed (the store refuses every write) are overdue and show as such, with
+// the age of the oldest; once they fire, the gauge is back to zero.
+func TestOverdueGauges(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, Config{})
+	fires := e.consume(8)
+	b := e.start(nil)
+	e.fs.Inject(faultstore.Rule{Op: faultstore.OpUpdate, Mode: faultstore.FailBefore})
+	for i := range 3 {
+		e.create(fmt.Sprintf("late-%d", i), e.clock.ms()-5000)
+	}
+	if !checkFor(10*time.Second, func() bool {
+		return value(t, b.m.loop.overdue) == 3 && value(t, b.m.loop.oldestOverdue) >= 5
+	}) {
+		t.Fatalf("ax_tasks_overdue %v, ax_oldest_overdue_seconds %v; want 3 and at least 5",
+			value(t, b.m.loop.overdue), value(t, b.m.loop.oldestOverdue))
+	}
+	e.fs.Clear()
+	for range 3 {
+		next(t, fires, 10*time.Second)
+	}
+	if !checkFor(10*time.Second, func() bool {
+		return value(t, b.m.loop.overdue) == 0 && value(t, b.m.loop.oldestOverdue) == 0
+	}) {
+		t.Errorf("ax_tasks_overdue %v, ax_oldest_overdue_seconds %v after the fires; want 0",
+			value(t, b.m.loop.overdue), value(t, b.m.loop.oldestOverdue))
+	}
+}

@@ -160,6 +160,7 @@ func (l *loopState) reconciled(m reconcileMsg) {
 	l.b.log.Warn("reconciler: task was not indexed in time; running its step now", "task_id", c.id, "revision", c.rev,
 		"status", kind, "why", why, "due_ms", c.due)
 	delete(l.flight, c.id)
+	delete(l.retrying, c.id)
 	l.idx.put(c.id, l.now.ms, c.rev, c.kind)
 }
 

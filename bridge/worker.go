@@ -39,7 +39,7 @@ func (b *Bridge) report(r result) {
 // An outage is logged once when it starts and once when it ends, not once per task.
 func (b *Bridge) retryLater(j job, reason string, err error) {
 	b.outage.failed(reason, j.id, err)
-	b.report(result{id: j.id, rev: j.rev, kind: j.kind, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter)})
+	b.report(result{id: j.id, rev: j.rev, kind: j.kind, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), retry: true})
 }
 
 // load returns the job's record: the pre-read one, or a fresh read.
