@@ -113,20 +113,11 @@ func (b *Bridge) Start(ctx context.Context) error {
 		stopLoop()
 		return fmt.Errorf("bridge: watch tasks: %w", err)
 	}
-	b.ackSub, err = b.nc.QueueSubscribe(AckPrefix+">", b.cfg.Consumer, b.onAck)
-	if err == nil {
-		b.nrSub, err = b.nc.Subscribe(AckPrefix+b.cfg.ReplicaID+".>", b.noResponders)
-	}
-	if err != nil {
+	if err := b.subscribeAcks(); err != nil {
 		stopLoop()
 		_ = w.Stop()
-		if b.ackSub != nil {
-			_ = b.ackSub.Unsubscribe()
-		}
 		return fmt.Errorf("bridge: subscribe to acks: %w", err)
 	}
-	_ = b.ackSub.SetPendingLimits(-1, -1)
-	_ = b.nrSub.SetPendingLimits(-1, -1)
 	workCtx, stopWork := context.WithCancel(context.Background())
 	b.stopLoop, b.stopWork = stopLoop, stopWork
 	b.state = 1

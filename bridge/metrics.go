@@ -15,6 +15,7 @@ type metrics struct {
 	dead         *prometheus.CounterVec
 	corrupt      prometheus.Counter
 	pending      prometheus.Gauge
+	ack          *ackMetrics // metrics_ack.go: store errors of claims and acks, dropped acks
 	loop         *loopMetrics
 }
 
@@ -38,6 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Task records that could not be decoded."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: "tasks_indexed",
 			Help: "Live task records (waiting and running) this replica indexes."}),
+		ack:  newAckMetrics(reg),
 		loop: newLoopMetrics(),
 	}
 	if reg != nil {
