@@ -55,7 +55,8 @@ type Config struct {
 	// owner expires it at LeaseUntil.
 	LeaseSkew time.Duration
 	// MaxPreReadTasks and MaxPreReadBytes bound the records held with their payload ahead of
-	// their due time (defaults 10,000 and 64 MiB); past either bound a task is indexed without
+	// their due time (defaults 100,000 and 64 MiB, each record counted with its payload,
+	// headers and a few hundred bytes of its own); past either bound a task is indexed without
 	// its payload and read when it fires.
 	MaxPreReadTasks int
 	MaxPreReadBytes int
@@ -105,7 +106,7 @@ func (c Config) withDefaults() Config {
 	c.PreRead = cmp.Or(c.PreRead, 2*time.Second)
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, time.Hour)
 	c.LeaseSkew = cmp.Or(c.LeaseSkew, time.Second)
-	c.MaxPreReadTasks = cmp.Or(c.MaxPreReadTasks, 10_000)
+	c.MaxPreReadTasks = cmp.Or(c.MaxPreReadTasks, 100_000)
 	c.MaxPreReadBytes = cmp.Or(c.MaxPreReadBytes, 64<<20)
 	c.WatchTimeout = cmp.Or(c.WatchTimeout, 10*time.Second)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)

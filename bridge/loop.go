@@ -384,9 +384,13 @@ func (l *loopState) apply(ev kvstore.Event) {
 	}
 }
 
-// recordBytes is what holding a record in memory costs, roughly: payload and header bytes.
+// recordOverhead is roughly what a held record costs besides its payload and headers: the Entry,
+// its strings and the map entry.
+const recordOverhead = 384
+
+// recordBytes is what holding a record in memory costs, roughly.
 func recordBytes(t *kvstore.Task) int {
-	n := len(t.Payload) + len(t.ID)
+	n := recordOverhead + len(t.Payload) + len(t.ID) + len(t.BizType) + len(t.LastError)
 	for k, vs := range t.Header {
 		n += len(k)
 		for _, v := range vs {
