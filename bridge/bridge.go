@@ -56,6 +56,8 @@ type Bridge struct {
 	loopEnd   chan struct{}  // closed when the loop returns
 	acksEnd   chan struct{}  // closed by Stop once no more acks can arrive on acks
 	ready     chan struct{}  // closed when the initial load of the bucket is indexed
+
+	outage *outageLog // store failures of task steps, logged once per change of state
 }
 
 // New checks cfg and returns a bridge that uses nc for NATS and store for task records.
@@ -75,6 +77,7 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		cfg: cfg, nc: nc, js: js, store: store, log: cfg.Logger,
 		m:       newMetrics(cfg.Registerer),
 		fired:   newInflight(),
+		outage:  newOutageLog(cfg.Logger),
 		stopped: make(chan struct{}),
 		jobs:    make(chan job),
 		results: make(chan result, 1024),
@@ -127,10 +130,6 @@ func (b *Bridge) Start(ctx context.Context) error {
 	for range b.cfg.AckWorkers {
 		b.workers.Add(1)
 		go b.ackWorker(workCtx)
-	}
-	if p, ok := b.store.(markerPurger); ok {
-		b.workers.Add(1)
-		go b.purgeMarkers(loopCtx, p, b.cfg.PurgeInterval)
 	}
 	if b.api, err = b.startAPI(workCtx); err != nil {
 		b.mu.Unlock()

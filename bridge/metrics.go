@@ -16,6 +16,7 @@ type metrics struct {
 	corrupt      prometheus.Counter
 	pending      prometheus.Gauge
 	ack          *ackMetrics // metrics_ack.go: store errors of claims and acks, dropped acks
+	loop         *loopMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,11 +38,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		corrupt: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "records_unreadable_total",
 			Help: "Task records that could not be decoded."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: "tasks_indexed",
-			Help: "Task records this replica holds in its timing wheel (waiting, running and retained)."}),
-		ack: newAckMetrics(reg),
+			Help: "Live task records (waiting and running) this replica indexes."}),
+		ack:  newAckMetrics(reg),
+		loop: newLoopMetrics(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.dead, m.corrupt, m.pending)
+		reg.MustRegister(m.loop.collectors()...)
 	}
 	return m
 }
