@@ -118,7 +118,8 @@ func TestNATSRestartDuringRewatch(t *testing.T) {
 		var missing []string
 		for _, id := range ids {
 			if !seen[id] {
-				missing = append(missing, id)
+				rec, err := e.store.Get(context.Background(), id)
+				missing = append(missing, fmt.Sprintf("%s (%+v, err %v)", id, rec.Task, err))
 			}
 		}
 		t.Fatalf("%d of %d tasks never fired: %v", len(missing), len(ids), missing)
@@ -167,7 +168,7 @@ func TestReconcilerFiresDroppedEvent(t *testing.T) {
 
 // A replica restarted with the same ReplicaID settles a claim its previous run made: the consumer
 // holds the fire across the restart, then replies +ACK on the fire's reply subject; the new run
-// applies it (SUCCESS, attempt 1) and does not fire the task again.
+// applies it (SUCCESS, attempt 1), answers it, and does not fire the task again.
 func TestRestartedReplicaSettlesItsClaims(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -185,11 +186,17 @@ func TestRestartedReplicaSettlesItsClaims(t *testing.T) {
 	}
 
 	e.startBridge(bridge.Config{ReplicaID: "r1"})
-	if err := f.msg.Respond([]byte("+ACK")); err != nil {
-		t.Fatal(err)
+	// The consumer's +ACK, as a request (AckSync): the new run answers it once the ack is durable.
+	// Until the new run's ack subscription is live on the server the request finds no responders
+	// and is sent again.
+	if !checkFor(10*time.Second, func() bool {
+		_, err := e.nc.Request(f.msg.Reply, []byte("+ACK"), time.Second)
+		return err == nil
+	}) {
+		t.Fatal("the +ACK of the held fire was never answered")
 	}
-	if rec := e.waitStatus("held-1", kvstore.StatusSuccess, 5*time.Second); rec.Task.Attempt != 1 {
-		t.Fatalf("settled: %+v", rec.Task)
+	if rec, err := e.store.Get(context.Background(), "held-1"); err != nil || rec.Task.Status != kvstore.StatusSuccess || rec.Task.Attempt != 1 {
+		t.Fatalf("answered, but the record is %+v (err %v), want SUCCESS at attempt 1", rec.Task, err)
 	}
 	// A later task's fire comes from the same connection as any second fire of held-1 would
 	// have, and after it: held-1 was not fired again if this is the next message.
