@@ -78,6 +78,16 @@ func TestNATSRestartDuringRewatch(t *testing.T) {
 	c := e.consume("ax.fire.rewatch", func(m *nats.Msg) { _ = m.Ack() })
 	retry := []string{bridge.HeaderAckWait, "2s", bridge.HeaderBackoff, "100ms"}
 	ids := e.scheduleSpread("rewatch", 20, 3*time.Second, retry...)
+	// Every one is a record before the outage (a schedule message whose record was not yet
+	// written is the intake's to redeliver, which is not what this test is about).
+	for _, id := range ids {
+		if !checkFor(5*time.Second, func() bool {
+			_, err := e.store.Get(context.Background(), id)
+			return err == nil
+		}) {
+			t.Fatalf("task %s not stored", id)
+		}
+	}
 
 	watches := fs.Calls(faultstore.OpWatch)
 	e.srv.Shutdown()
