@@ -23,8 +23,15 @@ type Config struct {
 	Consumer string
 	// StreamReplicas is the intake stream's replica count (default 1; 3 on a cluster).
 	StreamReplicas int
-	// ReplicaID names this bridge process in ack subjects and task records (default: random).
+	// ReplicaID names this bridge process in ack subjects and task records. Replicas need
+	// distinct ids, and a restarted replica should keep its own so that it can settle the claims it
+	// had in flight (cmd/axbridge derives one from the host name). Default: random per process.
 	ReplicaID string
+	// IntakeMaxDeliver is how often a schedule message is delivered while the task store fails
+	// (default 20: with retries 1s, 2s, 4s, ... 30s apart, about 8 minutes of outage). The last
+	// delivery that still fails is refused with STORE_UNAVAILABLE, so that no message holds the
+	// intake consumer's ack-pending window for good. A new intake consumer gets it as MaxDeliver.
+	IntakeMaxDeliver int
 
 	// Task defaults, used when a schedule message does not say.
 	MaxAttempts int             // default 4 (Ax-Max-Retry 3); 1 means no retries
@@ -66,6 +73,7 @@ func (c Config) withDefaults() Config {
 	c.Stream = cmp.Or(c.Stream, "AX_SCHEDULE")
 	c.Consumer = cmp.Or(c.Consumer, "axbridge")
 	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
+	c.IntakeMaxDeliver = cmp.Or(c.IntakeMaxDeliver, 20)
 	if c.ReplicaID == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
@@ -101,6 +109,9 @@ func (c Config) validate() error {
 	var errs []error
 	if !validBizType(c.ReplicaID) {
 		errs = append(errs, fmt.Errorf("replica id %q: want 1-64 characters of [A-Za-z0-9_-]", c.ReplicaID))
+	}
+	if c.IntakeMaxDeliver < 1 {
+		errs = append(errs, fmt.Errorf("intake max deliver %d: want at least 1", c.IntakeMaxDeliver))
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > maxMaxRetry+1 {
 		errs = append(errs, fmt.Errorf("max attempts %d (max retry %d): want max retry 0-%d", c.MaxAttempts, c.MaxAttempts-1, maxMaxRetry))

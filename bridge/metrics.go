@@ -15,6 +15,8 @@ type metrics struct {
 	dead         *prometheus.CounterVec
 	corrupt      prometheus.Counter
 	pending      prometheus.Gauge
+	intake       *intakeMetrics
+	store        *storeMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,5 +43,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.dead, m.corrupt, m.pending)
 	}
+	m.intake, m.store = newIntakeMetrics(reg), newStoreMetrics(reg)
 	return m
 }

@@ -62,7 +62,7 @@ func TestParseScheduleValid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			task, rej := cfg.parseSchedule(scheduleMsg{subject: "ax.schedule.orders", header: tt.header, payload: []byte("x"), accepted: accepted, seq: 7})
+			task, rej := cfg.parseSchedule(scheduleMsg{subject: "ax.schedule.orders", header: tt.header, payload: []byte("x"), accepted: accepted, seq: 7}, 0)
 			if rej != nil {
 				t.Fatalf("rejected: %v", rej)
 			}
@@ -121,7 +121,7 @@ func TestParseScheduleRejects(t *testing.T) {
 		{"ax.schedule.o", nil, 101, CodePayloadTooLarge},
 	}
 	for _, tt := range tests {
-		_, rej := cfg.parseSchedule(scheduleMsg{subject: tt.subject, header: tt.header, payload: make([]byte, tt.payload), accepted: accepted})
+		_, rej := cfg.parseSchedule(scheduleMsg{subject: tt.subject, header: tt.header, payload: make([]byte, tt.payload), accepted: accepted}, 0)
 		if rej == nil || rej.code != tt.code {
 			t.Errorf("%s %v: got %v, want %s", tt.subject, tt.header, rej, tt.code)
 			continue

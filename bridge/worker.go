@@ -95,10 +95,10 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 		return
 	}
 	// The claim is pipelined: the worker moves on, and the fire is published from the write's
-	// completion. Stop waits for these through b.pipelined.
-	b.pipelined.Add(1)
+	// completion. Stop waits for these through b.claims.
+	b.claims.Add(1)
 	b.store.UpdateAsync(ctx, &claimed, e.Revision, func(rev uint64, err error) {
-		defer b.pipelined.Done()
+		defer b.claims.Done()
 		if err != nil {
 			if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
 				b.retryLater(job{kind: jobFire, id: j.id, rev: e.Revision}, "claim", err)
