@@ -75,7 +75,7 @@ type Bridge struct {
 	intakeMu     sync.Mutex // guards intakeClosed against intake.Add
 	intakeClosed bool       // Stop no longer waits for new schedule messages
 	maxDeliver   atomic.Int64
-	outage       storeOutage
+	intakeOutage storeOutage
 }
 
 // lifecycle is a Bridge's state: new → starting → running → stopping → stopped.

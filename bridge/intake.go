@@ -193,7 +193,7 @@ func (b *Bridge) onSchedule(msg jetstream.Msg) {
 // created settles one intake message from its create's outcome.
 func (b *Bridge) created(msg jetstream.Msg, md *jetstream.MsgMetadata, m scheduleMsg, task *kvstore.Task, existing kvstore.Entry, err error) {
 	if err == nil || errors.Is(err, kvstore.ErrExists) {
-		b.outage.ok(b)
+		b.intakeOutage.ok(b)
 	}
 	switch {
 	case err == nil:
@@ -216,7 +216,7 @@ func (b *Bridge) created(msg jetstream.Msg, md *jetstream.MsgMetadata, m schedul
 		if unknownOutcome(err) {
 			b.m.store.unknown.WithLabelValues("create").Inc()
 		}
-		b.outage.failed(b, err)
+		b.intakeOutage.failed(b, err)
 		if int64(md.NumDelivered) >= b.maxDeliver.Load() {
 			b.rejectMsg(m, reject(CodeStoreUnavailable,
 				"the task store failed on all %d deliveries of this message (last: %v); the task was not stored, or its write timed out (look it up with ax.api.task.get)",

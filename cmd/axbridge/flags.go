@@ -13,7 +13,7 @@ import (
 
 // options are the command line, after AX_* environment variables and flags are applied.
 type options struct {
-	natsURL, creds, nkey, user, password, tlsCA, tlsCert, tlsKey string
+	natsURL, creds, nkey, user, password, token, tlsCA, tlsCert, tlsKey string
 
 	listen, dataDir string // embedded server (when natsURL is empty)
 
@@ -47,8 +47,9 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS server URL(s), comma-separated; empty starts an embedded server")
 	fs.StringVar(&o.creds, "creds", "", "NATS credentials file")
 	fs.StringVar(&o.nkey, "nkey", "", "NATS NKey seed file")
-	fs.StringVar(&o.user, "user", "", "NATS user name (or token when no password is given)")
+	fs.StringVar(&o.user, "user", "", "NATS user name (needs --password)")
 	fs.StringVar(&o.password, "password", "", "NATS password")
+	fs.StringVar(&o.token, "token", "", "NATS authentication token")
 	fs.StringVar(&o.tlsCA, "tlsca", "", "TLS CA certificate file")
 	fs.StringVar(&o.tlsCert, "tlscert", "", "TLS client certificate file")
 	fs.StringVar(&o.tlsKey, "tlskey", "", "TLS client key file")
@@ -57,7 +58,7 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.bucket, "bucket", "AX_TASKS", "KV bucket for task records")
 	fs.StringVar(&o.stream, "stream", "AX_SCHEDULE", "stream that captures ax.schedule.>")
 	fs.StringVar(&o.consumer, "consumer", "axbridge", "durable consumer shared by bridge replicas (also the ack queue group)")
-	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in ack subjects and records (default: random)")
+	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in ack subjects and records, 1-64 of [A-Za-z0-9_-]; replicas need distinct ids, and a restarted one should keep its own (default: <host>-<8 hex>, kept in --data-dir/replica-id)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the bucket and stream (3 on a cluster)")
 	fs.IntVar(&o.partitions, "partitions", 16, "partitions of a new bucket (fixed once the bucket exists)")
 	fs.IntVar(&o.maxRetry, "max-retry", kvstore.DefaultMaxRetry, "default retries after the first attempt (Ax-Max-Retry)")

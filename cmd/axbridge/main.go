@@ -9,6 +9,12 @@
 //
 // With --nats-url (or AX_NATS_URL) it uses an existing server or cluster instead. Every flag can
 // also be set through an AX_* environment variable: --ack-wait is AX_ACK_WAIT. Run with -h for all.
+//
+// Each replica needs its own id (--replica-id, AX_REPLICA_ID), and a restarted replica should keep
+// its id, so that it can settle the attempts it had in flight. Without the flag the id is the host
+// name plus a random suffix, kept in --data-dir/replica-id: give replicas on one host their own
+// --data-dir, and where the data dir does not survive a restart (a container without a volume),
+// set AX_REPLICA_ID to a stable name such as the pod name.
 package main
 
 import (

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/internal/natstest"
 )
 
@@ -117,5 +118,48 @@ func TestRunEmbedded(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+// The derived replica id is a valid id made from the host name, the same on every start with the
+// same data dir and different with another data dir; the flag wins.
+func TestReplicaIDStable(t *testing.T) {
+	t.Parallel()
+	host := func() (string, error) { return "Build Box.example.com", nil }
+	var warned []string
+	warn := func(msg string, _ ...any) { warned = append(warned, msg) }
+	dir, other := t.TempDir(), t.TempDir()
+	first, err := replicaID("", dir, host, warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := replicaID("", dir, host, warn)
+	elsewhere, _ := replicaID("", other, host, warn)
+	if first != again || first == elsewhere {
+		t.Errorf("ids %q, %q (same data dir), %q (another): want the first two equal and the third different", first, again, elsewhere)
+	}
+	if !strings.HasPrefix(first, "Build-Box-") || len(first) > 64 || strings.ContainsAny(first, ". ") {
+		t.Errorf("derived id %q: want the sanitised short host name and a suffix", first)
+	}
+	if cfg := (bridge.Config{ReplicaID: first}); cfg.Validate() != nil {
+		t.Errorf("derived id %q: %v", first, cfg.Validate())
+	}
+	long, _ := replicaID("", t.TempDir(), func() (string, error) { return strings.Repeat("h", 100), nil }, warn)
+	if (bridge.Config{ReplicaID: long}).Validate() != nil {
+		t.Errorf("id from a long host name %q is not valid", long)
+	}
+	if id, _ := replicaID("r-7", dir, host, warn); id != "r-7" {
+		t.Errorf("flag id: got %q", id)
+	}
+	if len(warned) != 0 {
+		t.Errorf("warnings %q", warned)
+	}
+}
+
+// --user without --password is an error, not silently a token.
+func TestRunUserNeedsPassword(t *testing.T) {
+	err := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--user", "ann", "--data-dir", t.TempDir()}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--password") {
+		t.Fatalf("err %v, want one naming --password", err)
 	}
 }
