@@ -54,6 +54,7 @@ type Bridge struct {
 	watcher    kvstore.Watcher    // the loop's watch, until the loop runs
 	ackSub     *nats.Subscription // queue group on ax.ack.>: any replica applies an ack
 	nrSub      *nats.Subscription // plain sub on this replica's ack subjects: receives no-responders
+	advSub     *nats.Subscription // the intake consumer's max-deliveries advisories
 	api        micro.Service      // the task API: get, cancel, requeue
 	loopRuns   bool               // the loop goroutine was started (loopEnd will close)
 	intakeRuns bool               // runIntake was started (intakeEnd will close)
@@ -209,6 +210,9 @@ func (b *Bridge) start(ctx context.Context) error {
 	if b.api, err = b.startAPI(workCtx); err != nil {
 		return fmt.Errorf("bridge: task API: %w", err)
 	}
+	if b.advSub, err = b.watchMaxDeliveries(); err != nil {
+		return fmt.Errorf("bridge: subscribe to intake advisories: %w", err)
+	}
 	if err := ctx.Err(); err != nil { // a Stop came while the steps above ran
 		return fmt.Errorf("bridge: start: %w", err)
 	}
@@ -308,6 +312,9 @@ func (b *Bridge) shutdown(ctx context.Context) error {
 	var errs []error
 	if b.api != nil {
 		_ = b.api.Stop()
+	}
+	if b.advSub != nil {
+		_ = b.advSub.Unsubscribe()
 	}
 	if b.intakeRuns {
 		b.stopIntake()

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -110,4 +111,24 @@ func (b *Bridge) consumerGone(ctx context.Context, cons jetstream.Consumer) bool
 	defer cancel()
 	_, err := cons.Info(ctx)
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// maxDeliveriesAdvisory is the server's advisory for a message that used up the intake consumer's
+// MaxDeliver without being settled: the bridge settles every message on its last delivery, so it
+// means a bridge stopped or crashed during that delivery, and the message now waits in the stream
+// with no consumer to deliver it again.
+const maxDeliveriesAdvisory = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
+
+// watchMaxDeliveries logs and counts max-deliveries advisories of the intake consumer.
+func (b *Bridge) watchMaxDeliveries() (*nats.Subscription, error) {
+	return b.nc.Subscribe(maxDeliveriesAdvisory+b.cfg.Stream+"."+b.cfg.Consumer, func(m *nats.Msg) {
+		var adv struct {
+			StreamSeq  uint64 `json:"stream_seq"`
+			Deliveries uint64 `json:"deliveries"`
+		}
+		_ = json.Unmarshal(m.Data, &adv)
+		b.m.intake.maxDeliveries.Inc()
+		b.log.Warn("intake message used up its deliveries without being settled; it stays in the stream, undelivered",
+			"stream", b.cfg.Stream, "stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries)
+	})
 }

@@ -265,3 +265,38 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	}
 	return 0
 }
+
+// The server's advisory for an intake message that used up its deliveries unsettled (a bridge
+// stopped during the last one) is logged and counted.
+func TestIntakeMaxDeliveriesAdvisory(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc := natstest.Connect(t, srv.ClientURL())
+	reg := prometheus.NewRegistry()
+	b, err := New(nc, kvstore.NewMemStore(0), Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	adv := `{"type":"io.nats.jetstream.advisory.v1.max_deliver","stream":"AX_SCHEDULE","consumer":"axbridge","stream_seq":7,"deliveries":20}`
+	if err := nc.Publish("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.AX_SCHEDULE.axbridge", []byte(adv)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for metricValue(t, reg, "ax_intake_max_deliveries_total") != 1 {
+		select {
+		case <-deadline:
+			t.Fatal("advisory not counted")
+		case <-tick.C:
+		}
+	}
+}
