@@ -343,6 +343,7 @@ func (b *Bridge) shutdown(ctx context.Context) error {
 		}
 	}
 	// Claims in flight publish their fires; replies to them must still find the ack subscriptions.
+	b.log.Debug("stop: waiting for claims in flight before taking no more acks")
 	if !waitCtx(ctx, &b.fireWorkers) || !waitCtx(ctx, &b.claims) {
 		errs = append(errs, errors.New("claims still in flight"))
 	}
