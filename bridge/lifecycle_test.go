@@ -14,21 +14,23 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-// holdingStore holds the completion of every claim (an update to RUNNING) until release is
-// closed, and says on held when one is held.
+// holdingStore holds the completion of the claim (the update to RUNNING) of task hold: it says on
+// held that it holds it, and lets the bridge's completion (which publishes the fire) run once
+// release is closed.
 type holdingStore struct {
 	*kvstore.MemStore
-	held    chan string
+	hold    string
+	held    chan struct{}
 	release chan struct{}
 }
 
 func (s *holdingStore) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error)) {
-	if t.Status != kvstore.StatusRunning {
+	if t.Status != kvstore.StatusRunning || t.ID != s.hold {
 		s.MemStore.UpdateAsync(ctx, t, rev, done)
 		return
 	}
 	s.MemStore.UpdateAsync(ctx, t, rev, func(r uint64, err error) {
-		s.held <- t.ID
+		close(s.held)
 		<-s.release
 		done(r, err)
 	})
@@ -45,15 +47,16 @@ func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
 func (h signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h signalHandler) WithGroup(string) slog.Handler      { return h }
 
-// A claim that completes while Stop runs still publishes its fire, and the consumer's ack of it is
-// applied: Stop waits for claims in flight before it stops taking acks. (Before, the ack
-// subscription was drained first, the reply was dropped and the attempt refired after the
-// restart.)
-func TestStopAppliesAcksOfClaimsInFlight(t *testing.T) {
+// While a claim is in flight, Stop still takes acks: it waits for claims in flight (whose
+// completions publish fires) before it drains the ack subscriptions. Here task a fired before
+// Stop and its consumer acks (AckSync) while Stop waits for task b's claim: the ack is applied and
+// answered. (Before, the ack subscriptions were drained first: the ack found nobody, and the
+// attempt was refired after the restart.)
+func TestStopTakesAcksWhileClaimsAreInFlight(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	nc := natstest.Connect(t, srv.ClientURL())
-	store := &holdingStore{MemStore: kvstore.NewMemStore(0), held: make(chan string, 1), release: make(chan struct{})}
+	store := &holdingStore{MemStore: kvstore.NewMemStore(0), hold: "b", held: make(chan struct{}), release: make(chan struct{})}
 	logs := make(chan string, 1024)
 	b, err := New(nc, store, Config{Logger: slog.New(signalHandler{logs})})
 	if err != nil {
@@ -63,7 +66,8 @@ func TestStopAppliesAcksOfClaimsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	user := natstest.Connect(t, srv.ClientURL())
-	if _, err := user.Subscribe(FirePrefix+"orders", func(m *nats.Msg) { _ = m.Respond([]byte("+ACK")) }); err != nil {
+	fires, err := user.SubscribeSync(FirePrefix + "orders")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := user.Flush(); err != nil {
@@ -73,15 +77,24 @@ func TestStopAppliesAcksOfClaimsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := nats.NewMsg(SchedulePrefix + "orders")
-	m.Header.Set(HeaderTaskID, "order-1")
-	if _, err := js.PublishMsg(context.Background(), m); err != nil {
-		t.Fatal(err)
+	schedule := func(id string) {
+		t.Helper()
+		m := nats.NewMsg(SchedulePrefix + "orders")
+		m.Header.Set(HeaderTaskID, id)
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
 	}
+	schedule("a")
+	fireA, err := fires.NextMsg(10 * time.Second)
+	if err != nil || fireA.Header.Get(HeaderTaskID) != "a" {
+		t.Fatalf("fire of a: %v %v", fireA, err)
+	}
+	schedule("b")
 	select {
 	case <-store.held:
 	case <-time.After(10 * time.Second):
-		t.Fatal("task not claimed")
+		t.Fatal("task b not claimed")
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -89,13 +102,18 @@ func TestStopAppliesAcksOfClaimsInFlight(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- b.Stop(ctx) }()
 	waitLog(t, logs, "stop: waiting for claims in flight")
-	close(store.release)
+	if _, err := user.Request(fireA.Reply, []byte("+ACK"), 5*time.Second); err != nil {
+		t.Errorf("AckSync of a while b's claim is in flight: %v", err)
+	}
+	if e, err := store.Get(context.Background(), "a"); err != nil || e.Task.Status != kvstore.StatusSuccess {
+		t.Errorf("task a: %s, %v; want SUCCESS", e.Task.Status, err)
+	}
+	close(store.release) // b's fire goes out now, while Stop runs
 	if err := <-stopped; err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	e, err := store.Get(context.Background(), "order-1")
-	if err != nil || e.Task.Status != kvstore.StatusSuccess {
-		t.Fatalf("task after stop: %s, %v; want SUCCESS (the ack applied)", e.Task.Status, err)
+	if f, err := fires.NextMsg(5 * time.Second); err != nil || f.Header.Get(HeaderTaskID) != "b" {
+		t.Errorf("fire of b, published from its claim during Stop: %v %v", f, err)
 	}
 }
 
