@@ -44,7 +44,9 @@ type Config struct {
 	// MaxHorizon: due times further in the future than this are rejected (default 400 days).
 	MaxHorizon time.Duration
 	// MaxPayload caps payload plus caller headers of one task (default 960 KiB, under NATS's
-	// default 1 MiB message limit with room for the record's metadata).
+	// default 1 MiB message limit with room for the record's metadata). The encoded record is
+	// checked as well, against the connection's max payload minus 4 KiB: what passes both is
+	// stored, what does not is refused with PAYLOAD_TOO_LARGE and never retried.
 	MaxPayload int
 	// Retention: how long finished records stay readable before deletion (default 24h).
 	Retention time.Duration
