@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/axbridge/axbridge/internal/faultstore"
 	"github.com/axbridge/axbridge/internal/natstest"
 	"github.com/axbridge/axbridge/kvstore"
 )
@@ -298,5 +299,57 @@ func TestIntakeMaxDeliveriesAdvisory(t *testing.T) {
 			t.Fatal("advisory not counted")
 		case <-tick.C:
 		}
+	}
+}
+
+// A create that landed but whose answer was lost (outcome unknown) is retried, and the redelivery
+// finds the task it wrote: a duplicate, acked, not DUPLICATE_CONFLICT, even when the replica that
+// takes the redelivery runs with other defaults.
+func TestIntakeUnknownOutcomeThenDuplicate(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc := natstest.Connect(t, srv.ClientURL())
+	events, err := nc.SubscribeSync("ax.*.orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := faultstore.New(kvstore.NewMemStore(0))
+	store.Inject(faultstore.Rule{Op: faultstore.OpCreate, Mode: faultstore.ApplyThenTimeout, Times: 1})
+	first, err := New(nc, store, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(nc, store, Config{Backoff: []time.Duration{time.Second}, MaxAttempts: 2, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := func(b *Bridge, m *intakeMsg) string {
+		t.Helper()
+		b.onSchedule(m)
+		select {
+		case s := <-m.settled:
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatal("message not settled")
+			return ""
+		}
+	}
+	msg := func(delivered uint64) *intakeMsg {
+		m := newIntakeMsg("order-9", delivered)
+		m.header.Set("Trace", "\xff\xfe")
+		return m
+	}
+	if got := settle(first, msg(1)); got != "nak 1s" {
+		t.Fatalf("unknown outcome: settled with %q, want nak 1s", got)
+	}
+	if got := settle(other, msg(2)); got != "ack" {
+		t.Fatalf("redelivery: settled with %q, want ack", got)
+	}
+	ev, err := events.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Subject != DuplicatePrefix+"orders" || ev.Header.Get(HeaderTaskID) != "order-9" {
+		t.Errorf("event on %s %v, want a duplicate of order-9", ev.Subject, ev.Header)
 	}
 }
