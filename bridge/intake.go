@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -279,10 +280,10 @@ func (b *Bridge) closeIntake() {
 }
 
 // storeOutage logs a store outage once when it begins and once when it ends, with a count,
-// instead of once per message.
+// instead of once per message. The success path costs one atomic load.
 type storeOutage struct {
+	down     atomic.Bool
 	mu       sync.Mutex
-	down     bool
 	since    time.Time
 	failures int
 }
@@ -291,18 +292,22 @@ func (o *storeOutage) failed(b *Bridge, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.failures++
-	if !o.down {
-		o.down, o.since = true, b.cfg.Now()
+	if !o.down.Load() {
+		o.down.Store(true)
+		o.since, o.failures = b.cfg.Now(), 1
 		b.log.Warn("task store unavailable; schedule messages are retried with backoff", "err", err)
 	}
 }
 
 func (o *storeOutage) ok(b *Bridge) {
+	if !o.down.Load() {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.down {
+	if o.down.Load() {
 		b.log.Info("task store available again", "failed_writes", o.failures, "outage", b.cfg.Now().Sub(o.since).String())
-		o.down, o.failures = false, 0
+		o.down.Store(false)
 	}
 }
 
