@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,20 +60,58 @@ func parseAckBody(data []byte) ackBody {
 	}
 }
 
-// onAck runs on the ack subscription's goroutine. It blocks when the ack workers are busy, which
-// leaves further acks queued in the client (the subscription has no pending limit), never dropped.
+// Pending limits of the ack subscriptions: beyond them the client drops acks (counted in
+// ax_ack_dropped_total). A dropped ack costs its attempt a lease expiry and a retry, never the task.
+const (
+	ackPendingMsgs  = 64 << 10
+	ackPendingBytes = 64 << 20
+)
+
+// subscribeAcks subscribes to acks: a queue group on ax.ack.> through which any replica applies an
+// ack, and a plain subscription on this replica's own ack subjects, where NATS reports a fire that
+// nobody received (no-responders is delivered only to a plain subscription of the publishing
+// connection). Both have pending limits.
+func (b *Bridge) subscribeAcks() error {
+	ackSub, err := b.nc.QueueSubscribe(AckPrefix+">", b.cfg.Consumer, b.onAck)
+	if err != nil {
+		return err
+	}
+	nrSub, err := b.nc.Subscribe(ackFilter(b.cfg.ReplicaID), b.noResponders)
+	if err != nil {
+		_ = ackSub.Unsubscribe()
+		return err
+	}
+	for _, s := range []*nats.Subscription{ackSub, nrSub} {
+		_ = s.SetPendingLimits(ackPendingMsgs, ackPendingBytes)
+	}
+	b.ackSub, b.nrSub = ackSub, nrSub
+	b.m.ack.countDrops(ackSub, nrSub)
+	return nil
+}
+
+// onAck runs on the ack subscription's goroutine. It blocks while the ack workers are busy, which
+// leaves further acks queued in the client up to the pending limits. Once Stop has taken the last
+// acks (acksEnd), nothing is queued any more: the attempt's lease runs out instead.
 func (b *Bridge) onAck(m *nats.Msg) {
 	if m.Header.Get(statusHeader) != "" {
 		return // statuses are handled by noResponders on the firing replica
 	}
-	b.acks <- ackReq{msg: m}
+	b.enqueueAck(ackReq{msg: m})
 }
 
 // noResponders runs on this replica's own ack subjects, where NATS reports a fire message that
-// nobody received. Ordinary acks arrive here too; the queue subscription handles those.
+// nobody received. Ordinary acks arrive here too and are left to the queue subscription, so that
+// each is applied once.
 func (b *Bridge) noResponders(m *nats.Msg) {
 	if m.Header.Get(statusHeader) == "503" {
-		b.acks <- ackReq{msg: m, noResponders: true}
+		b.enqueueAck(ackReq{msg: m, noResponders: true})
+	}
+}
+
+func (b *Bridge) enqueueAck(r ackReq) {
+	select {
+	case b.acks <- r:
+	case <-b.acksEnd:
 	}
 }
 
@@ -97,27 +136,29 @@ func (b *Bridge) ackWorker(ctx context.Context) {
 
 // ackOp is one reply, parsed.
 type ackOp struct {
-	req     ackReq
-	id      string
-	attempt int
-	body    ackBody
-	reason  string // for a nak: what LastError records
+	req    ackReq
+	addr   ackAddr
+	body   ackBody
+	reason string // for a nak: what LastError records
 }
 
 // transition computes the record after the reply, or an error if the reply is stale.
 func (op *ackOp) transition(t kvstore.Task, nowMs int64) (kvstore.Task, error) {
+	tok := op.addr.token
 	switch op.body.kind {
 	case ackNak:
-		return kvstore.Nak(t, op.attempt, nowMs, op.body.delay, op.reason)
+		return kvstore.Nak(t, tok, nowMs, op.body.delay, op.reason)
 	case ackTerm:
-		return kvstore.Term(t, op.attempt, nowMs, op.body.reason)
+		return kvstore.Term(t, tok, nowMs, op.body.reason)
 	case ackProgress:
-		return kvstore.InProgress(t, op.attempt, nowMs)
+		return kvstore.InProgress(t, tok, nowMs)
 	}
-	return kvstore.Ack(t, op.attempt, nowMs)
+	return kvstore.Ack(t, tok, nowMs)
 }
 
-// respond answers a sync ack (AckSync, nats req) once the outcome is settled.
+// respond answers a sync ack (AckSync, nats req). It is called only once the new state is durable
+// or the reply was found stale; a reply that could not be applied gets no answer, so that the
+// caller's request times out and it knows the outcome is not settled.
 func (op *ackOp) respond() {
 	if op.req.msg.Reply != "" && !op.req.noResponders {
 		_ = op.req.msg.Respond(nil)
@@ -125,21 +166,21 @@ func (op *ackOp) respond() {
 }
 
 // applyAck applies one consumer reply to the task record by CAS. For an attempt this replica
-// fired, the claimed record is in memory and the write is pipelined; otherwise, or when the
-// cached record lost its CAS, the record is read first.
+// fired, the claimed record is in memory and the write is pipelined; otherwise the record is read
+// first. A write that fails is settled by reading the record back (applyAckRead).
 func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
-	_, attempt, id, ok := parseAckSubject(r.msg.Subject)
+	addr, ok := parseAckSubject(r.msg.Subject)
 	if !ok {
-		b.log.Warn("ack on an unknown subject", "subject", r.msg.Subject)
+		b.log.Debug("ack on an unknown subject", "subject", r.msg.Subject)
 		return
 	}
-	op := &ackOp{req: r, id: id, attempt: attempt, body: ackBody{kind: ackNak, delay: -1}, reason: "no responders"}
+	op := &ackOp{req: r, addr: addr, body: ackBody{kind: ackNak, delay: -1}, reason: "no responders"}
 	if !r.noResponders {
 		op.body, op.reason = parseAckBody(r.msg.Data), "nak"
 	}
-	e, cached := b.fired.take(id, attempt)
+	e, cached := b.fired.take(addr.id, addr.token)
 	if !cached {
-		b.applyAckRead(ctx, op)
+		b.applyAckRead(ctx, op, nil)
 		return
 	}
 	next, err := op.transition(e.Task, b.cfg.Now().UnixMilli())
@@ -150,64 +191,111 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 	b.pipelined.Add(1)
 	b.store.UpdateAsync(ctx, &next, e.Revision, func(rev uint64, err error) {
 		defer b.pipelined.Done()
-		if errors.Is(err, kvstore.ErrConflict) {
-			b.pipelined.Add(1)
-			go func() {
-				defer b.pipelined.Done()
-				b.applyAckRead(ctx, op)
-			}()
+		if err == nil {
+			b.ackApplied(op, &next, rev)
 			return
 		}
-		b.ackApplied(op, &next, rev, err)
+		var wrote *kvstore.Task
+		if !errors.Is(err, kvstore.ErrConflict) {
+			b.storeFailed(opAck, op.addr.id, err)
+			wrote = &next
+		}
+		// Settle it on a goroutine of its own: this one completes other writes.
+		b.pipelined.Add(1)
+		go func() {
+			defer b.pipelined.Done()
+			if b.fired.acquire(ctx) {
+				defer b.fired.release()
+				b.applyAckRead(ctx, op, wrote)
+			}
+		}()
 	})
 }
 
-// applyAckRead applies a reply by reading the record and writing it back, re-reading on conflict.
-func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp) {
-	for range 5 {
-		e, err := b.store.Get(ctx, op.id)
-		if errors.Is(err, kvstore.ErrNotFound) {
-			op.respond()
+// applyAckRead applies a reply by reading the record and writing it back. It goes on until the
+// reply is applied or found stale (its claim is over), whatever the lease says meanwhile: a
+// conflict reads again at once, a store error after a bounded back-off. Only ctx (Stop) ends it
+// otherwise, and then the reply is not answered. wrote is a write of this reply whose outcome is
+// unknown, if any: if the record read back is that write (or a later one of the same kind, which
+// may land late, after a retry of it lost its CAS), it is the reply applied.
+func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Task) {
+	var wait retryWait
+	conflicts := 0
+	var unknown []kvstore.Task // writes of this reply that may have landed, the last few
+	if wrote != nil {
+		unknown = append(unknown, *wrote)
+	}
+	for {
+		e, err := b.getBounded(ctx, op.addr.id)
+		switch {
+		case errors.Is(err, kvstore.ErrNotFound):
+			op.respond() // the record is gone: the claim is over
 			return
+		case err != nil:
+			b.storeFailed(opAckRead, op.addr.id, err)
+			if !wait.next(ctx) {
+				return
+			}
+			continue
 		}
-		if err != nil {
-			b.log.Warn("ack: read task", "task_id", op.id, "err", err)
-			op.respond()
-			return // the lease runs out and the attempt is retried
+		if slices.ContainsFunc(unknown, func(w kvstore.Task) bool { return sameWrite(&e.Task, &w) }) {
+			b.ackApplied(op, &e.Task, e.Revision)
+			return
 		}
 		next, err := op.transition(e.Task, b.cfg.Now().UnixMilli())
 		if err != nil {
 			b.ackStale(op, e, err)
 			return
 		}
-		rev, err := b.store.Update(ctx, &next, e.Revision)
-		if errors.Is(err, kvstore.ErrConflict) {
-			continue
+		wctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+		rev, err := b.store.Update(wctx, &next, e.Revision)
+		cancel()
+		switch {
+		case err == nil:
+			b.ackApplied(op, &next, rev)
+			return
+		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
+			// Someone else wrote (or an earlier write of ours landed late): read again, at once
+			// the first time.
+			if conflicts++; conflicts > 1 && !wait.next(ctx) {
+				return
+			}
+		default:
+			b.storeFailed(opAck, op.addr.id, err)
+			if len(unknown) == maxUnknownWrites {
+				unknown = unknown[1:]
+			}
+			unknown = append(unknown, next)
+			if !wait.next(ctx) {
+				return
+			}
 		}
-		b.ackApplied(op, &next, rev, err)
-		return
 	}
-	b.log.Warn("ack: gave up after repeated conflicts", "task_id", op.id)
-	op.respond()
+}
+
+// maxUnknownWrites is how many writes of one reply with unknown outcomes applyAckRead remembers.
+const maxUnknownWrites = 8
+
+// sameWrite reports whether the stored record s is the write w (a transition stamps UpdatedAt and
+// changes the status, lease or due time).
+func sameWrite(s, w *kvstore.Task) bool {
+	return s.Status == w.Status && s.UpdatedAt == w.UpdatedAt && s.LeaseUntil == w.LeaseUntil &&
+		s.DueAt == w.DueAt && s.Claim == w.Claim && s.Owner == w.Owner && s.LastError == w.LastError
 }
 
 func (b *Bridge) ackStale(op *ackOp, e kvstore.Entry, err error) {
-	b.log.Debug("ack ignored", "task_id", op.id, "attempt", op.attempt, "status", e.Task.Status, "err", err)
+	b.log.Debug("ack ignored", "task_id", op.addr.id, "claim", op.addr.token, "status", e.Task.Status, "err", err)
 	b.m.acks.WithLabelValues(e.Task.BizType, "stale").Inc()
 	op.respond()
 }
 
-// ackApplied finishes a reply whose write completed (err nil) or failed for good.
-func (b *Bridge) ackApplied(op *ackOp, next *kvstore.Task, rev uint64, err error) {
-	defer op.respond()
-	if err != nil {
-		b.log.Warn("ack: update task", "task_id", op.id, "err", err)
-		return // the lease runs out and the attempt is retried
-	}
+// ackApplied finishes a reply whose write is durable at rev.
+func (b *Bridge) ackApplied(op *ackOp, next *kvstore.Task, rev uint64) {
 	if next.Status == kvstore.StatusRunning { // in progress: the attempt goes on
 		b.fired.put(kvstore.Entry{Task: *next, Revision: rev})
 	}
 	b.m.acks.WithLabelValues(next.BizType, ackLabel(op.body.kind, op.req.noResponders)).Inc()
+	op.respond()
 	if next.Status == kvstore.StatusDead {
 		b.dead(next)
 	}

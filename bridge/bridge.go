@@ -179,14 +179,9 @@ func (b *Bridge) start(ctx context.Context) error {
 	if b.watcher, err = b.watch(ctx, loopCtx); err != nil {
 		return fmt.Errorf("bridge: watch tasks: %w", err)
 	}
-	if b.ackSub, err = b.nc.QueueSubscribe(AckPrefix+">", b.cfg.Consumer, b.onAck); err != nil {
+	if err := b.subscribeAcks(); err != nil {
 		return fmt.Errorf("bridge: subscribe to acks: %w", err)
 	}
-	if b.nrSub, err = b.nc.Subscribe(AckPrefix+b.cfg.ReplicaID+".>", b.noResponders); err != nil {
-		return fmt.Errorf("bridge: subscribe to acks: %w", err)
-	}
-	_ = b.ackSub.SetPendingLimits(-1, -1)
-	_ = b.nrSub.SetPendingLimits(-1, -1)
 
 	w := b.watcher
 	b.watcher, b.loopRuns = nil, true

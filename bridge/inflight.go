@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"context"
 	"sync"
+	"time"
 
 	"github.com/axbridge/axbridge/kvstore"
 )
@@ -10,12 +12,22 @@ import (
 // CAS write instead of a read and a write. It is only a cache: a stale entry loses its CAS and
 // the ack falls back to a fresh read. Workers add, ack workers take, the loop drops entries whose
 // record left RUNNING (an ack applied by another replica, a lease expiry).
+//
+// It also bounds the goroutines that settle pipelined writes whose completion failed (a claim or
+// an ack that must be read back): at most settleLimit run their store calls at once.
 type inflight struct {
 	mu sync.Mutex
 	m  map[string]kvstore.Entry
+
+	settle chan struct{} // a token per running settle; acquire sends, release receives
 }
 
-func newInflight() *inflight { return &inflight{m: make(map[string]kvstore.Entry)} }
+// settleLimit bounds the settling goroutines that make store calls at the same time.
+const settleLimit = 64
+
+func newInflight() *inflight {
+	return &inflight{m: make(map[string]kvstore.Entry), settle: make(chan struct{}, settleLimit)}
+}
 
 func (f *inflight) put(e kvstore.Entry) {
 	f.mu.Lock()
@@ -23,12 +35,12 @@ func (f *inflight) put(e kvstore.Entry) {
 	f.mu.Unlock()
 }
 
-// take removes and returns the cached record of id if it is at attempt.
-func (f *inflight) take(id string, attempt int) (kvstore.Entry, bool) {
+// take removes and returns the cached record of id if it runs under the claim token.
+func (f *inflight) take(id string, token uint64) (kvstore.Entry, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e, ok := f.m[id]
-	if !ok || e.Task.Attempt != attempt {
+	if !ok || e.Task.Claim != token {
 		return kvstore.Entry{}, false
 	}
 	delete(f.m, id)
@@ -42,4 +54,47 @@ func (f *inflight) drop(id string, rev uint64) {
 		delete(f.m, id)
 	}
 	f.mu.Unlock()
+}
+
+// acquire waits for a settle slot; false if ctx ended first.
+func (f *inflight) acquire(ctx context.Context) bool {
+	select {
+	case f.settle <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (f *inflight) release() { <-f.settle }
+
+// storeCallTimeout bounds each store call made to settle a claim or an ack.
+const storeCallTimeout = 5 * time.Second
+
+// getBounded is store.Get with storeCallTimeout.
+func (b *Bridge) getBounded(ctx context.Context, id string) (kvstore.Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	defer cancel()
+	return b.store.Get(ctx, id)
+}
+
+// retryWait paces the retries of a failing store call: 10ms, doubling up to 2s.
+type retryWait struct{ d time.Duration }
+
+const (
+	retryWaitFirst = 10 * time.Millisecond
+	retryWaitMax   = 2 * time.Second
+)
+
+// next waits before the next retry; false if ctx ended first.
+func (w *retryWait) next(ctx context.Context) bool {
+	w.d = min(max(2*w.d, retryWaitFirst), retryWaitMax)
+	t := time.NewTimer(w.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -30,6 +30,9 @@ const (
 	intakeRetryMax = 30 * time.Second
 )
 
+// opCreate is the create of a task record, in ax_store_errors_total{op}.
+const opCreate = "create"
+
 // recordReserve is the room kept under the connection's max payload for what the record's message
 // carries besides the record: the KV subject and the write's headers.
 const recordReserve = 4 << 10
@@ -208,15 +211,12 @@ func (b *Bridge) created(msg jetstream.Msg, md *jetstream.MsgMetadata, m schedul
 				"task %q exists with different content (bizType, payload, headers or retry policy); the first one stays", task.ID))
 		}
 		_ = msg.Ack()
-	case storePermanent(err):
-		b.m.store.errors.WithLabelValues("create").Inc()
+	case kvstore.Permanent(err):
+		b.m.ack.storeError(opCreate, err)
 		b.rejectMsg(m, reject(CodeStoreRefused, "the task store refused the task: %v", err))
 		_ = msg.Ack()
 	default:
-		b.m.store.errors.WithLabelValues("create").Inc()
-		if unknownOutcome(err) {
-			b.m.store.unknown.WithLabelValues("create").Inc()
-		}
+		b.m.ack.storeError(opCreate, err)
 		b.intakeOutage.failed(b, err)
 		if int64(md.NumDelivered) >= b.maxDeliver.Load() {
 			b.rejectMsg(m, reject(CodeStoreUnavailable,
@@ -246,19 +246,6 @@ func intakeRetryDelay(n uint64) time.Duration {
 // recordLimit is the largest encoded record the connection's server takes.
 func (b *Bridge) recordLimit() int {
 	return max(int(b.nc.MaxPayload())-recordReserve, 1)
-}
-
-// storePermanent reports whether a create failed in a way that sending it again cannot mend.
-// It stands in for kvstore's own classifier until the store reports one.
-func storePermanent(err error) bool {
-	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) ||
-		errors.Is(err, kvstore.ErrInvalidID) || errors.Is(err, nats.ErrBadSubject)
-}
-
-// unknownOutcome reports whether a failed write may have landed all the same.
-func unknownOutcome(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrConnectionClosed)
 }
 
 // intakeAdd counts a schedule message in flight, unless Stop has stopped intake.

@@ -15,8 +15,8 @@ type metrics struct {
 	dead         *prometheus.CounterVec
 	corrupt      prometheus.Counter
 	pending      prometheus.Gauge
-	intake       *intakeMetrics
-	store        *storeMetrics
+	ack          *ackMetrics    // metrics_ack.go: store errors of claims and acks, dropped acks
+	intake       *intakeMetrics // metrics_intake.go
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -39,10 +39,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Task records that could not be decoded."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: "tasks_indexed",
 			Help: "Task records this replica holds in its timing wheel (waiting, running and retained)."}),
+		ack: newAckMetrics(reg),
 	}
 	if reg != nil {
 		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.dead, m.corrupt, m.pending)
 	}
-	m.intake, m.store = newIntakeMetrics(reg), newStoreMetrics(reg)
+	m.intake = newIntakeMetrics(reg)
 	return m
 }

@@ -146,15 +146,15 @@ func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *r
 	t.CreatedAt, t.UpdatedAt = acceptedMs, acceptedMs
 	t.Fingerprint = fingerprint(biz, m.payload, m.header)
 	if recordLimit > 0 {
-		// The record is what the server must take: headers are escaped in it, so it can be
-		// several times larger than what the client sent.
-		rec, err := kvstore.EncodeTask(&t)
+		// The record is what the server must take: metadata, and headers in the record's lossless
+		// form (base64 when not UTF-8), so it is larger than what the client sent.
+		n, err := kvstore.EncodedLen(&t)
 		if err != nil {
 			return kvstore.Task{}, reject(CodePayloadTooLarge, "the task cannot be encoded: %v", err)
 		}
-		if len(rec) > recordLimit {
+		if n > recordLimit {
 			return kvstore.Task{}, reject(CodePayloadTooLarge,
-				"the stored record would be %d bytes (payload %d, headers as stored, metadata); the server takes at most %d", len(rec), len(m.payload), recordLimit)
+				"the stored record would be %d bytes (payload %d, headers as stored, metadata); the server takes at most %d", n, len(m.payload), recordLimit)
 		}
 	}
 	return t, nil

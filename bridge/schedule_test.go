@@ -215,29 +215,30 @@ func TestSameContentComparesWhatTheClientSent(t *testing.T) {
 	}
 }
 
-// The size limit is checked on the record the store writes, not on the raw bytes: a 200,000-byte
-// header of 0xff is under MaxPayload raw but escapes to more than the server takes.
+// The size limit is checked on the record the store writes, not on the raw bytes: header bytes
+// that are not UTF-8 take more room in the record (base64) than on the wire, and the record adds
+// its metadata. The same sizes in plain bytes fit.
 func TestParseScheduleChecksTheEncodedRecord(t *testing.T) {
 	t.Parallel()
 	cfg := Config{}.withDefaults()
-	limit := 1<<20 - recordReserve
-	msg := func(h nats.Header, payload int) scheduleMsg {
-		return scheduleMsg{subject: "ax.schedule.orders", header: h, payload: make([]byte, payload), accepted: time.Now(), seq: 1}
+	const limit = 100_000
+	msg := func(header string, payload int) scheduleMsg {
+		return scheduleMsg{subject: "ax.schedule.orders", header: nats.Header{"Blob": {header}}, payload: make([]byte, payload),
+			accepted: time.Now(), seq: 1}
 	}
-	binary := nats.Header{"Blob": {strings.Repeat("\xff", 200_000)}}
-	_, rej := cfg.parseSchedule(msg(binary, 0), limit)
+	_, rej := cfg.parseSchedule(msg(strings.Repeat("\xff", 60_000), 20_000), limit)
 	if rej == nil || rej.code != CodePayloadTooLarge || !strings.Contains(rej.reason, "record") {
-		t.Fatalf("200 KB binary header: %v, want %s about the record", rej, CodePayloadTooLarge)
+		t.Fatalf("80 KB with a 60 KB binary header: %v, want %s about the record", rej, CodePayloadTooLarge)
 	}
-	task, rej := cfg.parseSchedule(msg(nats.Header{"Blob": {strings.Repeat("a", 200_000)}}, 700_000), limit)
+	task, rej := cfg.parseSchedule(msg(strings.Repeat("a", 60_000), 20_000), limit)
 	if rej != nil {
-		t.Fatalf("900 KB of plain bytes: %v", rej)
+		t.Fatalf("80 KB of plain bytes: %v", rej)
 	}
 	if rec, _ := kvstore.EncodeTask(&task); len(rec) > limit {
 		t.Fatalf("accepted a record of %d bytes over the limit %d", len(rec), limit)
 	}
-	if _, rej := cfg.parseSchedule(msg(nil, 10_000), 5_000); rej == nil || rej.code != CodePayloadTooLarge {
-		t.Fatalf("a record over a small server limit: %v", rej)
+	if _, rej := cfg.parseSchedule(msg("", limit-100), limit); rej == nil || rej.code != CodePayloadTooLarge {
+		t.Fatalf("a payload just under the limit, with the record's metadata over it: %v", rej)
 	}
 }
 

@@ -61,29 +61,42 @@ func validBizType(s string) bool {
 	return true
 }
 
-// ackSubject is the reply subject of one fire: ax.ack.<replica>.<attempt>.<taskId>.
-// The task id may contain dots; it is always the rest of the subject.
-func ackSubject(replica string, attempt int, id string) string {
-	return AckPrefix + replica + "." + strconv.Itoa(attempt) + "." + id
+// ackSubject is the reply subject of one fire: ax.ack.<bizType>.<replica>.<token>.<taskId>, where
+// token is the claim's fencing token (kvstore.Task.Claim). The bizType comes first so that NATS
+// permissions can scope a consumer to the acks of its own bizType. The task id may contain dots;
+// it is always the rest of the subject.
+func ackSubject(bizType, replica string, token uint64, id string) string {
+	return AckPrefix + bizType + "." + replica + "." + strconv.FormatUint(token, 10) + "." + id
+}
+
+// ackFilter is the subject filter of the acks to fires published by replica.
+func ackFilter(replica string) string { return AckPrefix + "*." + replica + ".>" }
+
+// ackAddr is what an ack subject names.
+type ackAddr struct {
+	bizType, replica string
+	token            uint64
+	id               string
 }
 
 // parseAckSubject is the inverse of ackSubject.
-func parseAckSubject(subj string) (replica string, attempt int, id string, ok bool) {
-	rest, found := strings.CutPrefix(subj, AckPrefix)
-	if !found {
-		return "", 0, "", false
+func parseAckSubject(subj string) (ackAddr, bool) {
+	var a ackAddr
+	rest, ok := strings.CutPrefix(subj, AckPrefix)
+	if !ok {
+		return a, false
 	}
-	replica, rest, found = strings.Cut(rest, ".")
-	if !found {
-		return "", 0, "", false
+	var tok string
+	a.bizType, rest, _ = strings.Cut(rest, ".")
+	a.replica, rest, _ = strings.Cut(rest, ".")
+	tok, a.id, _ = strings.Cut(rest, ".")
+	if !validBizType(a.bizType) || !validBizType(a.replica) || a.id == "" {
+		return ackAddr{}, false
 	}
-	a, id, found := strings.Cut(rest, ".")
-	if !found || id == "" {
-		return "", 0, "", false
+	n, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || n == 0 {
+		return ackAddr{}, false
 	}
-	attempt, err := strconv.Atoi(a)
-	if err != nil || attempt < 1 {
-		return "", 0, "", false
-	}
-	return replica, attempt, id, true
+	a.token = n
+	return a, true
 }

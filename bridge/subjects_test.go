@@ -16,7 +16,7 @@ func TestSubjectsMatchSpec(t *testing.T) {
 	}
 	names := []string{
 		SchedulePrefix + "<bizType>", FirePrefix + "<bizType>", RejectedPrefix + "<bizType>", RejectedPrefix + InvalidBizType,
-		DuplicatePrefix + "<bizType>", DeadPrefix + "<bizType>", AckPrefix + "<replica>.<attempt>.<taskId>",
+		DuplicatePrefix + "<bizType>", DeadPrefix + "<bizType>", AckPrefix + "<bizType>.<replica>.<token>.<taskId>",
 		HeaderTaskID, HeaderDelay, HeaderDeliverAt, HeaderMaxRetry, HeaderAckWait, HeaderBackoff, HeaderBizType,
 		HeaderAttempt, HeaderDueAt, HeaderErrorCode, HeaderError, HeaderSubject, HeaderStatus,
 		CodeBadBizType, CodeBadTaskID, CodeBadDelay, CodeBadDeliverAt, CodeDelayAndDeliverAt, CodeDueInPast,
@@ -28,16 +28,29 @@ func TestSubjectsMatchSpec(t *testing.T) {
 			t.Errorf("subjects.md does not mention `%s`", n)
 		}
 	}
-	if got := ackSubject("r1", 3, "order.42"); got != "ax.ack.r1.3.order.42" {
+}
+
+// Ack subjects carry the bizType first, then the firing replica, the claim token and the task id
+// (which may contain dots).
+func TestAckSubject(t *testing.T) {
+	t.Parallel()
+	if got := ackSubject("orders", "r1", 77, "order.42"); got != "ax.ack.orders.r1.77.order.42" {
 		t.Errorf("ackSubject = %q", got)
 	}
-	r, a, id, ok := parseAckSubject("ax.ack.r1.3.order.42")
-	if !ok || r != "r1" || a != 3 || id != "order.42" {
-		t.Errorf("parseAckSubject = %q %d %q %v", r, a, id, ok)
+	want := ackAddr{bizType: "orders", replica: "r1", token: 18446744073709551615, id: "order.42"}
+	if a, ok := parseAckSubject("ax.ack.orders.r1.18446744073709551615.order.42"); !ok || a != want {
+		t.Errorf("parseAckSubject = %+v %v, want %+v", a, ok, want)
 	}
-	for _, bad := range []string{"ax.ack.r1", "ax.ack.r1.x.id", "ax.ack.r1.0.id", "ax.ack.r1.2.", "ax.fire.r1.2.id"} {
-		if _, _, _, ok := parseAckSubject(bad); ok {
-			t.Errorf("parseAckSubject(%q) accepted", bad)
+	if got := ackFilter("r1"); got != "ax.ack.*.r1.>" {
+		t.Errorf("ackFilter = %q", got)
+	}
+	for _, bad := range []string{
+		"ax.ack.orders.r1", "ax.ack.orders.r1.5", "ax.ack.orders.r1.x.id", "ax.ack.orders.r1.0.id", "ax.ack.orders.r1.-1.id",
+		"ax.ack.orders.r1.18446744073709551616.id", "ax.ack.orders.r1.2.", "ax.ack.r1.3.order-42", "ax.ack..r1.2.id",
+		"ax.ack.orders.r*.2.id", "ax.fire.orders.r1.2.id",
+	} {
+		if a, ok := parseAckSubject(bad); ok {
+			t.Errorf("parseAckSubject(%q) accepted: %+v", bad, a)
 		}
 	}
 }

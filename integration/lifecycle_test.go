@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/internal/natstest"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -209,12 +210,16 @@ func TestReplyBodiesAck(t *testing.T) {
 	e.waitStatus("empty-1", kvstore.StatusSuccess, 5*time.Second)
 }
 
-// Finished records stay readable for the retention time, then are deleted; the delete markers
-// that leaves are purged later, so the bucket does not grow with every task ever run.
+// Finished records stay readable for the retention time, then the server removes them (the TTL of
+// their final write); the delete marker that leaves expires too, so the bucket does not grow with
+// every task ever run.
 func TestRetentionDeletesAndPurges(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.startBridge(bridge.Config{Retention: time.Second, PurgeInterval: time.Second})
+	storeCfg := kvstore.Config{Retention: time.Second, MarkerTTL: time.Second}
+	srv := natstest.RunServer(t)
+	e := newEnvOn(t, srv.ClientURL(), storeCfg)
+	e.srv = srv
+	e.startBridgeOn(srv.ClientURL(), storeCfg, bridge.Config{Retention: time.Second, PurgeInterval: time.Second})
 	e.consume("ax.fire.short", func(m *nats.Msg) { _ = m.Ack() })
 	e.schedule("short", "x", bridge.HeaderTaskID, "short-1")
 	done := e.waitStatus("short-1", kvstore.StatusSuccess, 5*time.Second)

@@ -1,6 +1,8 @@
 package kvstore
 
 import (
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -34,9 +36,19 @@ import (
 //	last_error   string    omitted when ""
 //	claim        int       fencing token of the current attempt, omitted when 0
 //	src          string    fingerprint of the schedule message, omitted when ""
-//	hdr          {string:[string]}  omitted when empty; keys sorted
+//	hdr          {string:[string]}  the caller's headers, when every key and value is valid UTF-8;
+//	                                omitted when empty; keys sorted, values in their order
+//	hdr_b64      {string:[string]}  the caller's headers, when any key or value is not valid UTF-8:
+//	                                the same shape with every key and value in standard base64
+//	                                (padded); at most one of hdr and hdr_b64 is written
 //
-// Readers ignore fields they do not know, so optional fields can be added within version 1.
+// Header keys and values come back byte for byte, whatever the bytes: the readable hdr when it can
+// say them exactly, hdr_b64 otherwise. Empty values and repeated values keep their order; a key
+// with no values is dropped. Other strings (last_error, owner, ...) have invalid UTF-8 replaced by
+// U+FFFD.
+//
+// Readers ignore fields they do not know, so optional fields can be added within version 1 (a
+// reader older than hdr_b64 sees such a record without headers).
 
 // recordVersion is the only encoding version this build reads and writes.
 const recordVersion = 1
@@ -44,18 +56,41 @@ const recordVersion = 1
 // maxDurationMS is the largest millisecond count a time.Duration can hold.
 const maxDurationMS = math.MaxInt64 / int64(time.Millisecond)
 
+// ErrInvalidTask: the task cannot be encoded (no id, an unknown status, a negative count or
+// duration); writing it again as it is can never succeed.
+var ErrInvalidTask = errors.New("kvstore: invalid task")
+
 // EncodeTask encodes t in the record format above. Durations are truncated to whole milliseconds.
-// Strings that are not valid UTF-8 have each bad byte replaced by U+FFFD (as encoding/json does).
-// Header keys without values are dropped. It fails only for a task that could not be decoded back:
-// no id, an unknown status, or a negative attempt, max retry, ack wait or backoff.
+// Header keys and values are kept byte for byte (see hdr_b64); in other strings each byte of
+// invalid UTF-8 is replaced by U+FFFD (as encoding/json does). Header keys without values are
+// dropped. It fails, with an error wrapping ErrInvalidTask, only for a task that could not be
+// decoded back: nil, no id, an unknown status, or a negative attempt, max retry, ack wait or
+// backoff.
+//
+// len(EncodeTask(t)) is the size of the value a store writes for t; EncodedLen tells it without
+// copying the payload.
 func EncodeTask(t *Task) ([]byte, error) {
 	if t == nil {
-		return nil, fmt.Errorf("encode task: nil task")
+		return nil, fmt.Errorf("encode task: %w: nil task", ErrInvalidTask)
 	}
 	if err := checkEncodable(t); err != nil {
-		return nil, fmt.Errorf("encode task %q: %w", t.ID, err)
+		return nil, fmt.Errorf("encode task %q: %w: %w", t.ID, ErrInvalidTask, err)
 	}
 	return appendTask(make([]byte, 0, encodedSizeHint(t)), t), nil
+}
+
+// EncodedLen is len(EncodeTask(t)), the size of the stored value, for a size check before a
+// write; it encodes only the metadata. The error is EncodeTask's.
+func EncodedLen(t *Task) (int, error) {
+	if t == nil {
+		return 0, fmt.Errorf("encode task: %w: nil task", ErrInvalidTask)
+	}
+	if err := checkEncodable(t); err != nil {
+		return 0, fmt.Errorf("encode task %q: %w: %w", t.ID, ErrInvalidTask, err)
+	}
+	meta := *t
+	meta.Payload = nil
+	return len(appendTask(make([]byte, 0, encodedSizeHint(&meta)), &meta)) + len(t.Payload), nil
 }
 
 func checkEncodable(t *Task) error {
@@ -96,6 +131,9 @@ func encodedSizeHint(t *Task) int {
 		for _, v := range vs {
 			n += len(v) + 3
 		}
+	}
+	if !headerUTF8(t.Header) {
+		n += n / 3
 	}
 	return n
 }
@@ -158,7 +196,8 @@ func appendTask(b []byte, t *Task) []byte {
 	return append(b, t.Payload...)
 }
 
-// appendHeader writes `,"hdr":{...}` with sorted keys, skipping keys without values, or nothing.
+// appendHeader writes `,"hdr":{...}` (or `,"hdr_b64":{...}` when a key or value is not valid
+// UTF-8) with sorted keys, skipping keys without values, or nothing.
 func appendHeader(b []byte, h map[string][]string) []byte {
 	var buf [16]string
 	keys := buf[:0]
@@ -171,22 +210,52 @@ func appendHeader(b []byte, h map[string][]string) []byte {
 		return b
 	}
 	slices.Sort(keys)
-	b = append(b, `,"hdr":{`...)
+	str, field := appendString, `,"hdr":{`
+	if !headerUTF8(h) {
+		str, field = appendBase64, `,"hdr_b64":{`
+	}
+	b = append(b, field...)
 	for i, k := range keys {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, k)
+		b = str(b, k)
 		b = append(b, ":["...)
 		for j, v := range h[k] {
 			if j > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, v)
+			b = str(b, v)
 		}
 		b = append(b, ']')
 	}
 	return append(b, '}')
+}
+
+// headerUTF8 reports whether every key and value of h (of keys with values) is valid UTF-8, so
+// that hdr can hold them exactly.
+func headerUTF8(h map[string][]string) bool {
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		if !utf8.ValidString(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// appendBase64 appends s as a JSON string holding its standard, padded base64.
+func appendBase64(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = base64.StdEncoding.AppendEncode(b, []byte(s))
+	return append(b, '"')
 }
 
 const hexDigits = "0123456789abcdef"

@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -15,8 +16,9 @@ import (
 // backoff and header come back nil. The payload is a copy: b may be reused.
 //
 // The metadata must be strict JSON (RFC 8259) with field names spelled exactly; a field set to
-// null counts as absent; unknown fields are skipped; of repeated fields the last counts; invalid
-// UTF-8 and lone surrogates in strings become U+FFFD.
+// null counts as absent; unknown fields are skipped; of repeated fields the last counts (hdr and
+// hdr_b64 count as one field); invalid UTF-8 and lone surrogates in strings become U+FFFD. The
+// keys and values of hdr_b64 must be standard, padded base64.
 func DecodeTask(b []byte) (Task, error) {
 	if len(b) == 0 {
 		return Task{}, fmt.Errorf("%w: empty value", ErrCorrupt)
@@ -267,7 +269,9 @@ func (d *metaDecoder) field(m *metaFields, key []byte) error {
 	case "src":
 		m.src, err = d.string("src")
 	case "hdr":
-		m.hdr, err = d.header()
+		m.hdr, err = d.header("hdr", nil)
+	case "hdr_b64":
+		m.hdr, err = d.header("hdr_b64", decodeBase64)
 	default:
 		err = d.skip(0)
 	}
@@ -311,7 +315,7 @@ func (m *metaFields) unset(key string) {
 		m.claim = 0
 	case "src":
 		m.src = ""
-	case "hdr":
+	case "hdr", "hdr_b64":
 		m.hdr = nil
 	}
 }
@@ -526,23 +530,34 @@ func (d *metaDecoder) backoff() ([]time.Duration, error) {
 	return list, nil
 }
 
-// header reads hdr: an object of lists of strings. Keys with an empty or null list are dropped;
-// an empty object is nil.
-func (d *metaDecoder) header() (map[string][]string, error) {
+// header reads hdr or hdr_b64 (named by field): an object of lists of strings, each key and value
+// passed through decode unless it is nil. Keys with an empty or null list are dropped; an empty
+// object is nil.
+func (d *metaDecoder) header(field string, decode func([]byte) ([]byte, error)) (map[string][]string, error) {
 	if err := d.expect('{'); err != nil {
-		return nil, fmt.Errorf("field %q: %w", "hdr", err)
+		return nil, fmt.Errorf("field %q: %w", field, err)
+	}
+	str := func() (string, error) {
+		s, err := d.strField(field)
+		if err != nil || decode == nil {
+			return string(s), err
+		}
+		if s, err = decode(s); err != nil {
+			return "", d.errorf("field %q: %v", field, err)
+		}
+		return string(s), nil
 	}
 	var h map[string][]string
 	if d.peek() != '}' {
 		for {
-			key, err := d.strField("hdr")
+			key, err := str()
 			if err != nil {
 				return nil, err
 			}
 			if err := d.expect(':'); err != nil {
 				return nil, err
 			}
-			vals, err := d.headerValues()
+			vals, err := d.headerValues(field, str)
 			if err != nil {
 				return nil, err
 			}
@@ -550,9 +565,9 @@ func (d *metaDecoder) header() (map[string][]string, error) {
 				if h == nil {
 					h = make(map[string][]string)
 				}
-				h[string(key)] = vals
+				h[key] = vals
 			} else {
-				delete(h, string(key))
+				delete(h, key)
 			}
 			if d.peek() != ',' {
 				break
@@ -569,17 +584,17 @@ func (d *metaDecoder) header() (map[string][]string, error) {
 	return h, nil
 }
 
-func (d *metaDecoder) headerValues() ([]string, error) {
+func (d *metaDecoder) headerValues(field string, str func() (string, error)) ([]string, error) {
 	if d.literal("null") {
 		return nil, nil
 	}
 	if err := d.expect('['); err != nil {
-		return nil, fmt.Errorf("field %q: %w", "hdr", err)
+		return nil, fmt.Errorf("field %q: %w", field, err)
 	}
 	var vals []string
 	if d.peek() != ']' {
 		for {
-			v, err := d.string("hdr")
+			v, err := str()
 			if err != nil {
 				return nil, err
 			}
@@ -591,6 +606,16 @@ func (d *metaDecoder) headerValues() ([]string, error) {
 		}
 	}
 	return vals, d.expect(']')
+}
+
+// decodeBase64 decodes standard, padded base64.
+func decodeBase64(s []byte) ([]byte, error) {
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
+	n, err := base64.StdEncoding.Strict().Decode(out, s)
+	if err != nil {
+		return nil, fmt.Errorf("bad base64: %v", err)
+	}
+	return out[:n], nil
 }
 
 // skip reads over any JSON value (an unknown field's).

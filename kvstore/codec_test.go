@@ -124,14 +124,15 @@ func TestCodecRoundTrip(t *testing.T) {
 }
 
 // Encoding normalises what has no meaning: empty slices and maps come back nil, header keys
-// without values vanish, invalid UTF-8 becomes U+FFFD, sub-millisecond durations are truncated.
+// without values vanish, sub-millisecond durations are truncated, invalid UTF-8 outside the
+// header becomes U+FFFD. Header bytes are not normalised (TestCodecHeaderBytes).
 func TestCodecNormalises(t *testing.T) {
 	t.Parallel()
 	in := codecBase()
 	in.Payload = []byte{}
 	in.Backoff = []time.Duration{1500 * time.Microsecond}
 	in.AckWait = 999 * time.Microsecond
-	in.Header = map[string][]string{"Empty": {}, "Nil": nil}
+	in.Header = map[string][]string{"Empty": {}, "Nil": nil, "Bad\xff-Empty": {}}
 	in.LastError = "bad \xff byte"
 	b, err := kvstore.EncodeTask(&in)
 	if err != nil {
@@ -149,6 +150,91 @@ func TestCodecNormalises(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
+}
+
+// Header keys and values come back byte for byte: bytes that are not UTF-8, empty values and
+// repeated values in their order. Valid UTF-8 stays readable in "hdr"; anything else goes to
+// "hdr_b64", all of the header at once.
+func TestCodecHeaderBytes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		header map[string][]string
+		field  string // the metadata field that must hold them
+	}{
+		{"utf-8", map[string][]string{"Trace": {"", "é", "", "\uFFFD"}, "日本": {"語"}}, `"hdr":`},
+		{"bad value", map[string][]string{"Raw": {"\xff\xfe"}, "Plain": {"a", "", "a"}}, `"hdr_b64":`},
+		{"bad key", map[string][]string{"K\xc3": {"v"}, "K": {"\x00\n\"x"}}, `"hdr_b64":`},
+		{"large binary", map[string][]string{"Blob": {strings.Repeat("\xff", 200_000)}}, `"hdr_b64":`},
+		{"truncated rune", map[string][]string{"T": {"ok", "\xe6\x97", ""}}, `"hdr_b64":`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in := codecBase()
+			in.Header = tt.header
+			b, err := kvstore.EncodeTask(&in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta, _, _ := bytes.Cut(b, []byte("\n"))
+			if !json.Valid(meta) || !bytes.Contains(meta, []byte(tt.field)) {
+				t.Fatalf("metadata %.300q: want valid JSON with %s", meta, tt.field)
+			}
+			if other := map[string]string{`"hdr":`: `"hdr_b64":`, `"hdr_b64":`: `"hdr":`}[tt.field]; bytes.Contains(meta, []byte(other)) {
+				t.Fatalf("metadata %.300q has both header fields", meta)
+			}
+			got, err := kvstore.DecodeTask(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Header, tt.header) {
+				t.Errorf("header came back as %q, want %q", got.Header, tt.header)
+			}
+			if n, err := kvstore.EncodedLen(&in); err != nil || n != len(b) {
+				t.Errorf("EncodedLen = %d, %v; len(EncodeTask) = %d", n, err, len(b))
+			}
+		})
+	}
+	// A hand-written hdr_b64 must be strict base64.
+	rec := func(hdr string) []byte {
+		return []byte(`{"v":1,"id":"a","biz":"b","status":"WAITING","due":1,"attempt":0,"max_retry":3,` +
+			`"ack_wait_ms":1,"backoff_ms":[],"created":1,"updated":1,"hdr_b64":` + hdr + "}\n")
+	}
+	if got, err := kvstore.DecodeTask(rec(`{"/w==":["","YQ=="]}`)); err != nil ||
+		!reflect.DeepEqual(got.Header, map[string][]string{"\xff": {"", "a"}}) {
+		t.Errorf("hdr_b64: %q, %v", got.Header, err)
+	}
+	for _, bad := range []string{`{"/w=":["YQ=="]}`, `{"YQ==":["!!"]}`, `{"YQ==":["YR=="]}`, `{"YQ==":"YQ=="}`} {
+		if _, err := kvstore.DecodeTask(rec(bad)); !errors.Is(err, kvstore.ErrCorrupt) {
+			t.Errorf("hdr_b64 %s: %v, want ErrCorrupt", bad, err)
+		}
+	}
+}
+
+// FuzzCodecHeader: any header bytes survive a round trip exactly.
+func FuzzCodecHeader(f *testing.F) {
+	f.Add("Trace-Id", "abc", "")
+	f.Add("\xff", "\xfe\x00", "\u2028")
+	f.Add("K", "\xed\xa0\x80", "\"\\")
+	f.Fuzz(func(t *testing.T, key, v1, v2 string) {
+		in := codecBase()
+		in.Header = map[string][]string{key: {v1, v2}, "Other": {v2}}
+		b, err := kvstore.EncodeTask(&in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := kvstore.DecodeTask(b)
+		if err != nil {
+			t.Fatalf("DecodeTask(EncodeTask(header %q)): %v", in.Header, err)
+		}
+		if !reflect.DeepEqual(got.Header, in.Header) {
+			t.Fatalf("header %q came back as %q", in.Header, got.Header)
+		}
+		if n, err := kvstore.EncodedLen(&in); err != nil || n != len(b) {
+			t.Fatalf("EncodedLen = %d, %v; len(EncodeTask) = %d", n, err, len(b))
+		}
+	})
 }
 
 func TestCodecDecodeCopiesPayload(t *testing.T) {
@@ -218,8 +304,11 @@ func TestCodecEncodeRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := kvstore.EncodeTask(tt.task)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("EncodeTask: err = %v, want one saying %q", err, tt.want)
+			if !errors.Is(err, kvstore.ErrInvalidTask) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("EncodeTask: err = %v, want ErrInvalidTask saying %q", err, tt.want)
+			}
+			if _, err := kvstore.EncodedLen(tt.task); !errors.Is(err, kvstore.ErrInvalidTask) {
+				t.Errorf("EncodedLen: err = %v, want ErrInvalidTask", err)
 			}
 		})
 	}
@@ -356,7 +445,9 @@ func FuzzDecodeTask(f *testing.F) {
 	f.Add([]byte(""))
 	f.Add([]byte("\n"))
 	f.Add([]byte(`{"v":2}` + "\n"))
-	for _, task := range []kvstore.Task{codecBase(), {ID: "x", Status: kvstore.StatusCancelled, Payload: []byte("\n\x00")}} {
+	binHdr := codecBase()
+	binHdr.Header = map[string][]string{"Raw": {"\xff", ""}, "K": {"v"}}
+	for _, task := range []kvstore.Task{codecBase(), {ID: "x", Status: kvstore.StatusCancelled, Payload: []byte("\n\x00")}, binHdr} {
 		b, err := kvstore.EncodeTask(&task)
 		if err != nil {
 			f.Fatal(err)

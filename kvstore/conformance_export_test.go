@@ -1,6 +1,9 @@
 package kvstore
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // PutRawForTest writes val under key without encoding, as a broken writer would.
 func PutRawForTest(m *MemStore, key string, val []byte) uint64 { return m.putRaw(key, val) }
@@ -12,3 +15,20 @@ var MapErrorForTest = mapError
 func LastRevisionForTest(ctx context.Context, s *JetStore, filter string) (uint64, error) {
 	return s.lastRevision(ctx, filter)
 }
+
+// LastMsgForTest describes the last message under the key of id: whether there is one, whether it
+// is a delete marker, and the TTL it carries (0: none).
+func LastMsgForTest(m *MemStore, id string) (present, marker bool, ttl time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire()
+	r, ok := m.recs[Key(id, m.n)]
+	return ok, r.deleted, r.ttl
+}
+
+// WatchHighWaterForTest is the most events w's queue has held.
+func WatchHighWaterForTest(w Watcher) int { return w.(*watcher).highWater() }
+
+// SetWatchTargetHookForTest makes f run in every Watch of s between reading the leader's last
+// revision and creating the consumer.
+func SetWatchTargetHookForTest(s *JetStore, f func()) { s.testHookTarget = f }

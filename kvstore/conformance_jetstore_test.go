@@ -146,28 +146,6 @@ func TestJetStoreOpen(t *testing.T) {
 		mustCreate(t, s, newTask("prefixed"))
 		mustGet(t, s, "prefixed")
 	})
-
-	t.Run("PurgeDeletes", func(t *testing.T) {
-		s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName()})
-		e := mustCreate(t, s, newTask("purged"))
-		if err := s.Delete(ctx, "purged", e.Revision); err != nil {
-			t.Fatal(err)
-		}
-		kv, err := js.KeyValue(ctx, s.Bucket())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st, _ := kv.Status(ctx); st.Values() != 1 {
-			t.Fatalf("%d messages after delete, want the one marker", st.Values())
-		}
-		if err := s.PurgeDeletes(ctx, 0); err != nil {
-			t.Fatal(err)
-		}
-		if st, _ := kv.Status(ctx); st.Values() != 0 {
-			t.Fatalf("%d messages after PurgeDeletes, want 0", st.Values())
-		}
-		mustCreate(t, s, newTask("purged"))
-	})
 }
 
 func checkBucketConfig(t *testing.T, js jetstream.JetStream, bucket string, partitions, replicas int) {
@@ -183,7 +161,7 @@ func checkBucketConfig(t *testing.T, js jetstream.JetStream, bucket string, part
 	}
 	cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
 	if cfg.Storage != jetstream.FileStorage || cfg.MaxMsgsPerSubject != 1 || cfg.MaxAge != 0 ||
-		cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL != 0 || cfg.Replicas != replicas ||
+		!cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL != kvstore.DefaultMarkerTTL || cfg.Replicas != replicas ||
 		!cfg.AllowRollup || cfg.Description == "" ||
 		cfg.Metadata[kvstore.MetaPartitions] != fmt.Sprint(partitions) {
 		t.Fatalf("bucket stream config %+v", cfg)

@@ -1,7 +1,9 @@
 package kvstore_test
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,18 +16,53 @@ import (
 
 func TestMemStore(t *testing.T) {
 	t.Parallel()
-	testStore(t, func(t *testing.T) harness {
-		m := kvstore.NewMemStore(16)
-		return harness{store: m, putRaw: func(t *testing.T, key string, val []byte) {
-			kvstore.PutRawForTest(m, key, val)
-		}}
+	testStore(t, func(t *testing.T, opts ...harnessOpt) harness {
+		cfg := newHarnessConfig(opts)
+		clock := &fakeClock{now: time.UnixMilli(1767225600000)}
+		m := kvstore.NewMemStore(16, kvstore.WithRetention(cfg.retention), kvstore.WithMarkerTTL(cfg.markerTTL),
+			kvstore.WithClock(clock.Now))
+		return harness{
+			store: m,
+			putRaw: func(t *testing.T, key string, val []byte) {
+				kvstore.PutRawForTest(m, key, val)
+			},
+			last: func(t *testing.T, id string) (bool, bool, string) {
+				present, marker, ttl := kvstore.LastMsgForTest(m, id)
+				if ttl == 0 {
+					return present, marker, ""
+				}
+				return present, marker, ttl.String()
+			},
+			advance: clock.Advance,
+			cfg:     cfg,
+		}
 	})
+}
+
+// fakeClock is a clock that moves only when told to.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 func TestJetStore(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
-	testStore(t, func(t *testing.T) harness { return jetHarness(t, srv.ClientURL(), 1) })
+	testStore(t, func(t *testing.T, opts ...harnessOpt) harness {
+		return jetHarness(t, srv.ClientURL(), 1, newHarnessConfig(opts))
+	})
 }
 
 // TestJetStoreR3 runs the suite on a replicated bucket of a 3-node cluster, where the server
@@ -33,7 +70,9 @@ func TestJetStore(t *testing.T) {
 func TestJetStoreR3(t *testing.T) {
 	t.Parallel()
 	c := natstest.RunCluster(t, 3)
-	testStore(t, func(t *testing.T) harness { return jetHarness(t, c.ClientURLs(), 3) })
+	testStore(t, func(t *testing.T, opts ...harnessOpt) harness {
+		return jetHarness(t, c.ClientURLs(), 3, newHarnessConfig(opts))
+	})
 	t.Run("BucketConfig", func(t *testing.T) {
 		t.Parallel()
 		js := newJS(t, c.ClientURLs())
@@ -48,20 +87,49 @@ var bucketSeq atomic.Int64
 func newBucketName() string { return fmt.Sprintf("T%d", bucketSeq.Add(1)) }
 
 // jetHarness opens a JetStore on a fresh bucket over a fresh connection; both close with the test.
-func jetHarness(t *testing.T, url string, replicas int) harness {
+func jetHarness(t *testing.T, url string, replicas int, cfg harnessConfig) harness {
 	t.Helper()
 	js := newJS(t, url)
-	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Replicas: replicas})
-	return harness{store: s, putRaw: func(t *testing.T, key string, val []byte) {
-		t.Helper()
-		kv, err := js.KeyValue(testContext(t), s.Bucket())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Put(testContext(t), key, val); err != nil {
-			t.Fatalf("raw put %s: %v", key, err)
-		}
-	}}
+	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Replicas: replicas,
+		Retention: cfg.retention, MarkerTTL: cfg.markerTTL})
+	return harness{
+		store: s,
+		putRaw: func(t *testing.T, key string, val []byte) {
+			t.Helper()
+			kv, err := js.KeyValue(testContext(t), s.Bucket())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kv.Put(testContext(t), key, val); err != nil {
+				t.Fatalf("raw put %s: %v", key, err)
+			}
+		},
+		last: func(t *testing.T, id string) (bool, bool, string) {
+			t.Helper()
+			return lastMsg(t, js, s, id)
+		},
+		cfg: cfg,
+	}
+}
+
+// lastMsg reads the last message under the key of id from the bucket's stream (its leader):
+// whether there is one, whether it is a delete marker, and its Nats-TTL.
+func lastMsg(t *testing.T, js jetstream.JetStream, s *kvstore.JetStore, id string) (present, marker bool, ttl string) {
+	t.Helper()
+	ctx := testContext(t)
+	str, err := js.Stream(ctx, "KV_"+s.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := str.GetLastMsgForSubject(ctx, "$KV."+s.Bucket()+"."+kvstore.Key(id, s.Partitions()))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, false, ""
+	}
+	if err != nil {
+		t.Fatalf("last message of %s: %v", id, err)
+	}
+	marker = m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != ""
+	return true, marker, m.Header.Get(jetstream.MsgTTLHeader)
 }
 
 func newJS(t *testing.T, url string) jetstream.JetStream {

@@ -14,17 +14,47 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-// harness is one store under test plus a way to write raw bytes under a key, bypassing the codec.
+// harness is one store under test plus a way to write raw bytes under a key, bypassing the codec,
+// and to look at the last message under a key.
 type harness struct {
 	store  kvstore.Store
 	putRaw func(t *testing.T, key string, val []byte)
+	// last describes the last message under the key of id: whether there is one, whether it is a
+	// delete marker, and its Nats-TTL ("" if none).
+	last func(t *testing.T, id string) (present, marker bool, ttl string)
+	// advance moves the store's clock on; nil if the store runs on real time, where a test waits
+	// (bounded) for what is due instead.
+	advance func(d time.Duration)
+	cfg     harnessConfig
+}
+
+// harnessConfig is what a test asks of its store.
+type harnessConfig struct {
+	retention time.Duration // of final records; kvstore.DefaultRetention if 0
+	markerTTL time.Duration // of delete markers; kvstore.DefaultMarkerTTL if 0
+}
+
+type harnessOpt func(*harnessConfig)
+
+// withTTLs asks for a store whose final records expire after retention and whose markers after
+// markerTTL.
+func withTTLs(retention, markerTTL time.Duration) harnessOpt {
+	return func(c *harnessConfig) { c.retention, c.markerTTL = retention, markerTTL }
+}
+
+func newHarnessConfig(opts []harnessOpt) harnessConfig {
+	c := harnessConfig{retention: kvstore.DefaultRetention, markerTTL: kvstore.DefaultMarkerTTL}
+	for _, opt := range opts {
+		opt(&c)
+	}
+	return c
 }
 
 // waitTimeout bounds every wait for an event or an async outcome.
 const waitTimeout = 15 * time.Second
 
 // testStore is the conformance suite: every Store implementation must pass it.
-func testStore(t *testing.T, newHarness func(t *testing.T) harness) {
+func testStore(t *testing.T, newHarness func(t *testing.T, opts ...harnessOpt) harness) {
 	t.Run("CreateGetUpdateDelete", func(t *testing.T) {
 		t.Parallel()
 		s, ctx := newHarness(t).store, testContext(t)
@@ -502,6 +532,8 @@ func testStore(t *testing.T, newHarness func(t *testing.T) harness) {
 		c := mustCreate(t, s, newTask("good-1"))
 		expectEvent(t, w, kvstore.EventPut, "good-1", c.Revision)
 	})
+
+	testRetention(t, newHarness)
 }
 
 func newTask(id string) *kvstore.Task {

@@ -6,22 +6,29 @@
 //
 // Each task is one key whose value is the Task encoded by EncodeTask (a line of JSON metadata,
 // a newline, then the raw payload). The key is Key(id, n) = "p<partition>.<task id>", where the
-// partition is Partition(id, n), FNV-1a of the id modulo the bucket's partition count n. A replica
-// indexes only its partitions by watching PartitionFilter(p) = "p<p>.>" for each of them, so it
-// receives only their changes. The count is fixed when the bucket is created and recorded in its
-// metadata under "ax.partitions"; OpenJetStore refuses another count (ErrPartitions), since every
-// key would move.
+// partition is Partition(id, n), FNV-1a of the id modulo the bucket's partition count n. A watch
+// can take only some partitions (Watch(ctx, p...) filters on PartitionFilter(p) = "p<p>.>" for
+// each), so that a replica that owns them receives only their changes. The count is fixed when the
+// bucket is created and recorded in its metadata under "ax.partitions"; OpenJetStore refuses
+// another count (ErrPartitions), since every key would move.
 //
 // # Bucket settings
 //
 //   - File storage: records must survive a server restart.
 //   - History 1: only the current record matters; CAS needs no older revisions, and a longer
 //     history would multiply the stored payloads.
-//   - No bucket TTL and no per-key TTL: an expiring WAITING task is a lost task, and an update
-//     erases a per-key TTL anyway. Retention of finished records is the bridge's job.
-//   - Replicas from Config (1, or 3 on a cluster). An existing bucket is never reconfigured:
+//   - No bucket TTL (MaxAge): an expiring WAITING task is a lost task.
+//   - Per-message TTLs and delete markers that expire (LimitMarkerTTL = Config.MarkerTTL, which
+//     sets the stream's AllowMsgTTL and SubjectDeleteMarkerTTL). Finished records retire by TTL:
+//     every write of a record whose status is final (SUCCESS, DEAD, CANCELLED) carries
+//     Nats-TTL = Config.Retention; WAITING and RUNNING writes carry none, and since the TTL
+//     belongs to a message, the next write of the key (a requeue) drops it. No one walks the
+//     bucket to clean it.
+//   - Replicas from Config (1, or 3 on a cluster). An existing bucket is never recreated:
 //     OpenJetStore creates it only if absent (never CreateOrUpdate, which could clobber the
-//     metadata) and otherwise checks it.
+//     metadata) and otherwise checks it. The one change it makes is to a bucket without
+//     per-message TTLs (created before them): a stream update of AllowMsgTTL and
+//     SubjectDeleteMarkerTTL alone. If the server refuses it, OpenJetStore fails.
 //
 // # Revisions and CAS
 //
@@ -40,14 +47,22 @@
 //
 // # Deletes and tombstones
 //
-// Delete writes a purge marker (KV-Operation: PURGE with a subject rollup) on the expected
-// revision. With history 1 a delete marker and a purge marker cost the same: one small message
-// per deleted key that stays until it is removed. The purge is chosen because it also drops every
-// older revision if the history is ever raised. The marker is what tells running watchers about
-// the delete and lets a later Create on the same id succeed on its revision. The trade-off: markers
-// accumulate, one per deleted task (tens of bytes each, plus index memory on the server), until
-// JetStore.PurgeDeletes removes the old ones; a watcher that starts after that never learns of
-// those deletes, which is fine because it only wants current records. The alternative, removing
-// messages without a marker (stream message delete), would leave running watchers holding
-// deleted tasks, so it is not used.
+// A record leaves the bucket in one of two ways, and each leaves a delete marker, one small message
+// that tells running watchers (EventDelete) and that Create expects as the key's last message
+// when it writes the id again. Every marker expires after the marker TTL, so none lives for ever
+// and a bucket that has seen millions of tasks does not keep one per task.
+//
+//   - Retirement: the TTL of a final record runs out. The server removes the record and writes a
+//     marker (Nats-Marker-Reason: MaxAge, rolling the key up) whose own TTL is the bucket's
+//     SubjectDeleteMarkerTTL. No client takes part, and the TTL belongs to the final message
+//     alone: a later write of the key replaces that message and its TTL (but see the caveat).
+//   - Delete (for the API): a purge marker (KV-Operation: PURGE with a subject rollup) on the
+//     expected revision, carrying Nats-TTL = Config.MarkerTTL.
+//
+// After a marker expires the key has no message at all, and Create expects none. Either way an
+// id used again after retirement is a new task with a new revision. A watcher that starts after a
+// marker expired never learns of that delete, which is fine: it only wants current records.
+// Caveat: the server writes its marker with a rollup and no expected sequence, so a CAS write of a
+// final record (a requeue) that lands in the instant its TTL runs out can be rolled up with it;
+// watchers then see the requeued record and its delete.
 package kvstore

@@ -17,9 +17,12 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultBucket     = "AX_TASKS"
-	DefaultPartitions = 16
-	DefaultTimeout    = 5 * time.Second
+	DefaultBucket      = "AX_TASKS"
+	DefaultPartitions  = 16
+	DefaultTimeout     = 5 * time.Second
+	DefaultRetention   = 24 * time.Hour
+	DefaultMarkerTTL   = 15 * time.Minute
+	DefaultWatchBuffer = 4096
 )
 
 // MetaPartitions is the bucket metadata key that records the partition count.
@@ -42,8 +45,23 @@ type Config struct {
 	// Replicas is the bucket's replica count when it is created (default 1; use 3 on a cluster).
 	// An existing bucket keeps its own.
 	Replicas int
-	// Timeout bounds each operation whose context has no deadline (default 5s).
+	// Timeout bounds each operation whose context has no deadline (default 5s), the start of a
+	// watch included.
 	Timeout time.Duration
+	// Retention is how long a finished record (SUCCESS, DEAD, CANCELLED) stays after its final
+	// write (default 24h, at least 1s; the server counts whole seconds). Every write of a final
+	// record carries it as the message's Nats-TTL; the server then removes the record and leaves
+	// a delete marker. WAITING and RUNNING records carry no TTL.
+	Retention time.Duration
+	// MarkerTTL is how long a delete marker stays (default 15m, at least 1s): the marker the
+	// server leaves when a record's TTL runs out, and the purge marker Delete writes. It is the
+	// bucket's LimitMarkerTTL when the store creates the bucket, and is added to an existing
+	// bucket that has none; a bucket that has one keeps its own for the server's markers.
+	MarkerTTL time.Duration
+	// WatchBuffer is how many events a watcher holds for a reader that is behind (default 4096).
+	// When it is full the watcher stops taking messages from the server, and the server stops
+	// sending (the ordered consumer's flow control) until the reader catches up.
+	WatchBuffer int
 }
 
 func (c Config) withDefaults() Config {
@@ -51,6 +69,9 @@ func (c Config) withDefaults() Config {
 	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
 	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.MarkerTTL = cmp.Or(c.MarkerTTL, DefaultMarkerTTL)
+	c.WatchBuffer = cmp.Or(c.WatchBuffer, DefaultWatchBuffer)
 	return c
 }
 
@@ -62,6 +83,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("kvstore: replicas %d out of range 1..5", c.Replicas)
 	case c.Timeout < 0:
 		return fmt.Errorf("kvstore: negative timeout %v", c.Timeout)
+	case c.Retention < time.Second:
+		return fmt.Errorf("kvstore: retention %v: want at least 1s", c.Retention)
+	case c.MarkerTTL < time.Second:
+		return fmt.Errorf("kvstore: marker TTL %v: want at least 1s", c.MarkerTTL)
+	case c.WatchBuffer < 1:
+		return fmt.Errorf("kvstore: watch buffer %d: want at least 1", c.WatchBuffer)
 	}
 	return nil
 }
@@ -73,6 +100,12 @@ type JetStore struct {
 	cfg    Config
 	prefix string // subject prefix of the bucket's keys: "$KV.<bucket>."
 	msgGet string // stream message get API subject of the bucket's stream (leaderLast)
+	// Nats-TTL values: of final records (cfg.Retention), and of Delete's purge markers
+	// (cfg.MarkerTTL).
+	retentionTTL, markerTTL string
+	// testHookTarget, if set, runs in Watch between reading the leader's last revision and
+	// creating the consumer.
+	testHookTarget func()
 
 	// Async completion (jetstore_async.go). mu guards the fields below it.
 	mu      sync.Mutex
@@ -83,7 +116,10 @@ type JetStore struct {
 }
 
 // OpenJetStore opens the task bucket, creating it if absent, and checks that its partition count
-// is cfg.Partitions. It never changes an existing bucket's configuration.
+// is cfg.Partitions. The one change it makes to an existing bucket is to allow per-message TTLs
+// and delete markers with a TTL (LimitMarkerTTL = cfg.MarkerTTL) if the bucket has neither, as
+// buckets created before retention by TTL do; everything else stays as it is. If the server
+// refuses that update, OpenJetStore fails.
 func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*JetStore, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -119,8 +155,34 @@ func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*Jet
 		return nil, fmt.Errorf("%w: bucket %s was created with %d partitions, configured %d",
 			ErrPartitions, cfg.Bucket, n, cfg.Partitions)
 	}
+	if err := allowTTLs(ctx, js, st, cfg); err != nil {
+		return nil, err
+	}
 	return &JetStore{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".",
-		msgGet: apiPrefix(js.Options()) + "STREAM.MSG.GET.KV_" + cfg.Bucket}, nil
+		msgGet:       apiPrefix(js.Options()) + "STREAM.MSG.GET.KV_" + cfg.Bucket,
+		retentionTTL: cfg.Retention.String(), markerTTL: cfg.MarkerTTL.String()}, nil
+}
+
+// allowTTLs makes the bucket's stream take per-message TTLs and leave delete markers that expire,
+// if it does not yet: a stream update of AllowMsgTTL and SubjectDeleteMarkerTTL alone.
+func allowTTLs(ctx context.Context, js jetstream.JetStream, st jetstream.KeyValueStatus, cfg Config) error {
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return fmt.Errorf("kvstore: bucket %s: unexpected status type %T", cfg.Bucket, st)
+	}
+	sc := bs.StreamInfo().Config
+	if sc.AllowMsgTTL && sc.SubjectDeleteMarkerTTL > 0 {
+		return nil
+	}
+	sc.AllowMsgTTL = true
+	if sc.SubjectDeleteMarkerTTL <= 0 {
+		sc.SubjectDeleteMarkerTTL = cfg.MarkerTTL
+	}
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("kvstore: bucket %s has no per-message TTLs and the server refused to allow them "+
+			"(stream %s update: AllowMsgTTL, SubjectDeleteMarkerTTL %v): %w", cfg.Bucket, sc.Name, sc.SubjectDeleteMarkerTTL, err)
+	}
+	return nil
 }
 
 // apiPrefix is the JetStream API prefix js sends its requests under, derived as nats.go does
@@ -142,11 +204,12 @@ func bucketConfig(cfg Config) jetstream.KeyValueConfig {
 		Bucket: cfg.Bucket,
 		Description: fmt.Sprintf("ax bridge delayed-task records: one key per task, p<partition>.<task id>, %d partitions",
 			cfg.Partitions),
-		History:  1,
-		TTL:      0,
-		Storage:  jetstream.FileStorage,
-		Replicas: cfg.Replicas,
-		Metadata: map[string]string{MetaPartitions: strconv.Itoa(cfg.Partitions)},
+		History:        1,
+		TTL:            0,
+		LimitMarkerTTL: cfg.MarkerTTL,
+		Storage:        jetstream.FileStorage,
+		Replicas:       cfg.Replicas,
+		Metadata:       map[string]string{MetaPartitions: strconv.Itoa(cfg.Partitions)},
 	}
 }
 
@@ -192,7 +255,7 @@ func (s *JetStore) create(ctx context.Context, t *Task, key string, val []byte) 
 // a direct get, which a lagging follower of a replicated bucket may answer with the record the
 // marker replaced.) retry reports a conflict without a record to show for it.
 func (s *JetStore) createOnce(ctx context.Context, t *Task, key string, val []byte) (e Entry, retry bool, err error) {
-	ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, 0), waitForLeader(ctx)...)
+	ack, err := s.js.PublishMsg(ctx, s.putMsg(t, key, val, 0), waitForLeader(ctx)...)
 	if err == nil {
 		return Entry{Task: *t, Revision: ack.Sequence}, false, nil
 	}
@@ -206,7 +269,7 @@ func (s *JetStore) createOnce(ctx context.Context, t *Task, key string, val []by
 	case err != nil:
 		return Entry{}, false, fmt.Errorf("create %s: read existing: %w", t.ID, err)
 	case cur.deleted:
-		ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, cur.seq), waitForLeader(ctx)...)
+		ack, err := s.js.PublishMsg(ctx, s.putMsg(t, key, val, cur.seq), waitForLeader(ctx)...)
 		if err != nil {
 			err = mapError(err)
 			return Entry{}, errors.Is(err, ErrConflict), fmt.Errorf("create %s over delete marker %d: %w", t.ID, cur.seq, err)
@@ -306,15 +369,15 @@ func (s *JetStore) Update(ctx context.Context, t *Task, rev uint64) (uint64, err
 	}
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	ack, err := s.js.PublishMsg(ctx, s.putMsg(key, val, rev), waitForLeader(ctx)...)
+	ack, err := s.js.PublishMsg(ctx, s.putMsg(t, key, val, rev), waitForLeader(ctx)...)
 	if err != nil {
 		return 0, fmt.Errorf("update %s at revision %d: %w", t.ID, rev, mapError(err))
 	}
 	return ack.Sequence, nil
 }
 
-// Delete removes the record of id if its revision is still rev. It writes a purge marker (see
-// the package documentation for why a purge and what it leaves behind).
+// Delete removes the record of id if its revision is still rev. It writes a purge marker that
+// expires after Config.MarkerTTL (see the package documentation).
 func (s *JetStore) Delete(ctx context.Context, id string, rev uint64) error {
 	if err := ValidateID(id); err != nil {
 		return err
@@ -327,46 +390,39 @@ func (s *JetStore) Delete(ctx context.Context, id string, rev uint64) error {
 	return nil
 }
 
-// PurgeDeletes removes the purge markers that deletes left behind once they are older than
-// olderThan (all of them if olderThan <= 0). Watchers that are running see nothing; a watch
-// started later simply does not see those keys.
-func (s *JetStore) PurgeDeletes(ctx context.Context, olderThan time.Duration) error {
-	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	if olderThan <= 0 {
-		olderThan = -1 // nats.go: a negative age removes every marker
-	}
-	return s.kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(olderThan))
-}
-
 // Header names and values of the KV protocol, as nats.go writes them.
 const (
 	hdrKVOperation = "KV-Operation"
 	kvOpPurge      = "PURGE"
 )
 
-// putMsg is a put of val under key that the server accepts only if the key's last message has
-// sequence rev (0: the key has no message at all).
-func (s *JetStore) putMsg(key string, val []byte, rev uint64) *nats.Msg {
+// putMsg is a put of t's encoding val under key that the server accepts only if the key's last
+// message has sequence rev (0: the key has no message at all). A final record carries the
+// retention as its TTL.
+func (s *JetStore) putMsg(t *Task, key string, val []byte, rev uint64) *nats.Msg {
 	m := nats.NewMsg(s.prefix + key)
 	m.Data = val
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if t.Status.Final() {
+		m.Header.Set(jetstream.MsgTTLHeader, s.retentionTTL)
+	}
 	return m
 }
 
 // purgeMsg is a purge marker for key (a rollup that removes the key's earlier messages), accepted
-// only if the key's last message has sequence rev.
+// only if the key's last message has sequence rev, that the server removes after the marker TTL.
 func (s *JetStore) purgeMsg(key string, rev uint64) *nats.Msg {
 	m := nats.NewMsg(s.prefix + key)
 	m.Header.Set(hdrKVOperation, kvOpPurge)
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	m.Header.Set(jetstream.MsgTTLHeader, s.markerTTL)
 	return m
 }
 
 func (s *JetStore) encode(t *Task) (key string, val []byte, err error) {
 	if t == nil {
-		return "", nil, errors.New("kvstore: nil task")
+		return "", nil, fmt.Errorf("%w: nil task", ErrInvalidTask)
 	}
 	if err := ValidateID(t.ID); err != nil {
 		return "", nil, err

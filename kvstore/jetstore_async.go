@@ -44,7 +44,7 @@ func (s *JetStore) CreateAsync(ctx context.Context, t *Task, done func(Entry, er
 	var tc Task
 	var m *nats.Msg
 	if err == nil {
-		tc, m = *t, s.putMsg(key, val, 0)
+		tc, m = *t, s.putMsg(t, key, val, 0)
 	}
 	s.submit(ctx, m, err, func(ctx context.Context, seq uint64, err error) {
 		switch {
@@ -65,7 +65,7 @@ func (s *JetStore) UpdateAsync(ctx context.Context, t *Task, rev uint64, done fu
 	key, val, err := s.encode(t)
 	var m *nats.Msg
 	if err == nil {
-		m = s.putMsg(key, val, rev)
+		m = s.putMsg(t, key, val, rev)
 	}
 	s.submit(ctx, m, err, func(_ context.Context, seq uint64, err error) {
 		if err != nil {

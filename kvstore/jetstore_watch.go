@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Watch delivers the records of the given partitions (all if none are given), then
 // EventInitDone, then live changes. One ordered consumer filters on PartitionFilter(p) for each p.
-// A goroutine drains nats.go's watcher channel into the watcher's unbounded queue so the
-// subscription never waits for the reader of Events; the channel is also closed if the connection
-// closes.
+// A goroutine drains nats.go's watcher channel into the watcher's queue, which holds at most
+// Config.WatchBuffer events: when it is full that goroutine waits, nats.go's delivery waits for
+// it, the consumer's flow control goes unanswered and the server stops sending, until the reader
+// catches up. The channel is also closed if the connection closes. Starting the watch (the
+// leader reads and the consumer's creation) is bounded by ctx's deadline, or Config.Timeout if
+// it has none; the watch itself lasts until ctx ends or Stop.
 func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error) {
 	ps, err := checkPartitions(partitions, s.cfg.Partitions)
 	if err != nil {
@@ -24,51 +28,41 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	for _, p := range ps {
 		filters = append(filters, PartitionFilter(p))
 	}
+	sctx, scancel := withTimeout(ctx, s.cfg.Timeout)
+	defer scancel()
 	// nats.go marks the end of the initial values when the consumer has delivered what was pending
 	// at its creation on the server that hosts it. On a replicated bucket that server may be a
 	// follower that has not yet applied the latest writes, so the watch also waits until it has
 	// seen the revision the stream leader reports as last for its filters.
-	var target uint64
-	for _, f := range filters {
-		last, err := s.lastRevision(ctx, f)
-		if err != nil {
-			return nil, fmt.Errorf("kvstore: watch %s: %w", s.cfg.Bucket, err)
-		}
-		target = max(target, last)
+	target, err := s.watchTarget(sctx, filters, len(ps) == s.cfg.Partitions)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: watch %s: %w", s.cfg.Bucket, err)
+	}
+	if s.testHookTarget != nil {
+		s.testHookTarget()
 	}
 	// nats.go unsubscribes when this context ends (and keeps a goroutine until it does), so it is
-	// cancelled when the watcher stops.
+	// cancelled when the watcher stops. Until WatchFiltered returns it also ends with sctx, which
+	// bounds the consumer's creation.
 	wctx, cancel := context.WithCancel(ctx)
+	stopBound := context.AfterFunc(sctx, cancel)
 	kw, err := s.kv.WatchFiltered(wctx, filters)
+	if !stopBound() && err == nil {
+		go func() { // the watch was cancelled: let nats.go close its channel
+			for range kw.Updates() {
+			}
+		}()
+		err = sctx.Err()
+	}
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("kvstore: watch %s: %w", s.cfg.Bucket, mapError(err))
 	}
-	w := newWatcher()
+	w := newWatcher(s.cfg.WatchBuffer)
 	drained := make(chan struct{})
-	go func() { // the only reader of kw.Updates()
+	go func() {
 		defer close(drained)
-		initDone, natsInitDone := false, false
-		var seen uint64 // highest revision delivered
-		for e := range kw.Updates() {
-			ev := jetEvent(e)
-			seen = max(seen, ev.Revision)
-			switch {
-			case initDone:
-				w.push(ev)
-			case ev.Kind == EventInitDone:
-				natsInitDone = true
-			case ev.Kind != EventDelete:
-				// A delete marker before the end of the initial values is a record deleted before
-				// the watch: not a current record.
-				w.push(ev)
-			}
-			if !initDone && natsInitDone && seen >= target {
-				initDone = true
-				w.push(Event{Kind: EventInitDone})
-			}
-		}
-		w.end()
+		s.drain(wctx, kw, w, filters, len(ps) == s.cfg.Partitions, target)
 	}()
 	go func() {
 		w.pump(wctx)
@@ -78,6 +72,93 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 		close(w.done)
 	}()
 	return w, nil
+}
+
+// targetRecheck is how often a watch whose consumer has delivered its initial values, but not yet
+// the revision the leader reported as last, asks the leader again.
+const targetRecheck = 250 * time.Millisecond
+
+// drain is the only reader of kw.Updates(): it turns nats.go's entries into events for w until
+// nats.go closes the channel (after Stop, the end of ctx, or the connection's), and sends
+// EventInitDone once nats.go has delivered the initial values and the watch has seen target, the
+// leader's last revision at the start. That message may be gone by the time the consumer starts
+// (a marker that expired, or a record that retired and whose marker then expired), so while only
+// target is missing the leader is asked again every targetRecheck: once the watch has seen what
+// the leader now has last, it has every record.
+func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *watcher, filters []string, all bool, target uint64) {
+	initDone, natsInitDone, open := false, false, true
+	var seen uint64 // highest revision delivered
+	var recheck *time.Ticker
+	defer func() {
+		if recheck != nil {
+			recheck.Stop()
+		}
+		w.end()
+	}()
+	updates := kw.Updates()
+	for {
+		var tick <-chan time.Time
+		if recheck != nil {
+			tick = recheck.C
+		}
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				return
+			}
+			if !open {
+				continue // stopped: keep reading until nats.go closes the channel
+			}
+			ev := jetEvent(e)
+			seen = max(seen, ev.Revision)
+			switch {
+			case initDone:
+				open = w.put(ctx, ev)
+			case ev.Kind == EventInitDone:
+				natsInitDone = true
+			case ev.Kind != EventDelete:
+				// A delete marker before the end of the initial values is a record deleted before
+				// the watch: not a current record.
+				open = w.put(ctx, ev)
+			}
+		case <-tick:
+			tctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+			if t, err := s.watchTarget(tctx, filters, all); err == nil {
+				target = t
+			}
+			cancel()
+		}
+		if !open || initDone || !natsInitDone {
+			continue
+		}
+		if seen >= target {
+			initDone = true
+			open = w.put(ctx, Event{Kind: EventInitDone})
+			if recheck != nil {
+				recheck.Stop()
+				recheck = nil
+			}
+		} else if recheck == nil {
+			recheck = time.NewTicker(targetRecheck)
+		}
+	}
+}
+
+// watchTarget is the highest revision the stream leader has under the filters (all: they cover
+// the bucket, so one read of ">" does).
+func (s *JetStore) watchTarget(ctx context.Context, filters []string, all bool) (uint64, error) {
+	if all {
+		filters = []string{">"}
+	}
+	var target uint64
+	for _, f := range filters {
+		last, err := s.lastRevision(ctx, f)
+		if err != nil {
+			return 0, err
+		}
+		target = max(target, last)
+	}
+	return target, nil
 }
 
 // jetEvent turns a nats.go watch entry into an Event; nil is the end of the initial values.
@@ -126,23 +207,31 @@ func checkPartitions(ps []int, n int) ([]int, error) {
 	return ps, nil
 }
 
-// watcher is the Watcher of both stores. Its producer pushes events into an unbounded queue and
-// never blocks; pump, its only goroutine, moves them to events.
+// watcher is the Watcher of both stores. Its producer queues events with push (never waits: the
+// MemStore's, under the store's lock) or put (waits while the queue holds limit events: the
+// JetStore's); pump, its only goroutine, moves them to events.
 type watcher struct {
-	mu    sync.Mutex
-	queue []Event // written by push, head removed by pump
-	ended bool    // the producer is gone: pump closes events once the queue is empty
+	limit int // most events put queues; 0: no limit
 
-	wake     chan struct{} // capacity 1; push and end signal pump
+	mu    sync.Mutex
+	queue []Event // written by push and put, head removed by pump
+	ended bool    // the producer is gone: pump closes events once the queue is empty
+	high  int     // most events the queue has held (for tests)
+
+	wake     chan struct{} // capacity 1; push, put and end signal pump
+	room     chan struct{} // capacity 1; pump signals a waiting put
 	events   chan Event    // written and closed by pump; read by the user
 	stop     chan struct{} // closed by Stop
 	stopOnce sync.Once
 	done     chan struct{} // closed by the store once pump and the producer are gone
 }
 
-func newWatcher() *watcher {
+// newWatcher returns a watcher whose put waits while limit events are queued (0: never).
+func newWatcher(limit int) *watcher {
 	return &watcher{
+		limit:  limit,
 		wake:   make(chan struct{}, 1),
+		room:   make(chan struct{}, 1),
 		events: make(chan Event),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -158,23 +247,56 @@ func (w *watcher) Stop() error {
 	return nil
 }
 
+// push queues evs whatever the queue holds.
 func (w *watcher) push(evs ...Event) {
 	w.mu.Lock()
 	w.queue = append(w.queue, evs...)
+	w.high = max(w.high, len(w.queue))
 	w.mu.Unlock()
-	w.signal()
+	signal(w.wake)
+}
+
+// put queues ev, waiting while the queue is full; false if the watch stopped or ctx ended first
+// (ev is then dropped, as pump drops what is left).
+func (w *watcher) put(ctx context.Context, ev Event) bool {
+	for {
+		w.mu.Lock()
+		if w.limit == 0 || len(w.queue) < w.limit {
+			w.queue = append(w.queue, ev)
+			w.high = max(w.high, len(w.queue))
+			w.mu.Unlock()
+			signal(w.wake)
+			return true
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.room:
+		case <-w.stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 func (w *watcher) end() {
 	w.mu.Lock()
 	w.ended = true
 	w.mu.Unlock()
-	w.signal()
+	signal(w.wake)
 }
 
-func (w *watcher) signal() {
+// highWater is the most events the queue has held.
+func (w *watcher) highWater() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.high
+}
+
+// signal leaves a token in a channel of capacity 1 unless one is there.
+func signal(c chan struct{}) {
 	select {
-	case w.wake <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
@@ -201,6 +323,7 @@ func (w *watcher) pump(ctx context.Context) {
 			w.queue[0] = Event{}
 			w.queue = w.queue[1:]
 			w.mu.Unlock()
+			signal(w.room)
 		case <-w.wake:
 		case <-w.stop:
 			return

@@ -14,14 +14,21 @@ import (
 // refusal leaves nothing changed and returns an error wrapping ErrTransition or ErrStaleAttempt
 // that names the operation and the state. Every transition sets UpdatedAt = now.
 //
+// Fencing: a claim records a token, the revision of the WAITING record it replaces. A stream
+// sequence is never reused, so no two claims of a key share one, in this life of the id or any
+// other. Ack, Nak, Term and InProgress name the token of the claim they report on and are admitted
+// only while the task is RUNNING under that very claim; every transition out of RUNNING clears it.
+// A report from an earlier attempt, or from an earlier life of a requeued task, is therefore
+// stale, whatever attempt number it carried.
+//
 //	WAITING --Claim--> RUNNING --Ack--> SUCCESS
 //	   |                 |  \--Nak / LeaseExpired--> WAITING (retry at now+backoff), or DEAD when exhausted
 //	   |                 \--Term--> DEAD --Requeue--> WAITING
 //	   \--Cancel--> CANCELLED                (Reschedule: WAITING -> WAITING at a new due time)
 
-// ErrStaleAttempt: an ack, nak, term or progress report names an attempt that is not the current
-// one (typically a late reply to an attempt whose lease expired and which has been retried since).
-// Callers ignore it.
+// ErrStaleAttempt: an ack, nak, term or progress report names a claim that is not the task's
+// current one (typically a late reply to an attempt whose lease expired and which has been retried
+// since, or a reply from a life of the task before a requeue). Callers ignore it.
 var ErrStaleAttempt = errors.New("kvstore: stale attempt")
 
 // Defaults for a task's retry policy (DESIGN.md, "Defaults"); intake fills them in, the state
@@ -36,6 +43,10 @@ func DefaultBackoff() []time.Duration {
 	return []time.Duration{10 * time.Second, 30 * time.Second, 60 * time.Second}
 }
 
+// MaxRetryDelay is the longest wait before a retry: a nak's delay (NakWithDelay of any size) and
+// a backoff entry are clamped to it, so no delay from outside overflows a due time.
+const MaxRetryDelay = 30 * 24 * time.Hour
+
 // Reasons recorded in LastError when the caller gives none.
 const (
 	reasonNak     = "nak"
@@ -44,12 +55,17 @@ const (
 )
 
 // Claim starts the next attempt: WAITING → RUNNING, Attempt+1, LeaseUntil = now + AckWait,
-// Owner = owner. It does not look at DueAt: the caller decides when.
-func Claim(t Task, now int64, owner string) (Task, error) {
+// Owner = owner, Claim = rev, the revision of the WAITING record t (the fencing token; it must not
+// be 0). It does not look at DueAt: the caller decides when.
+func Claim(t Task, now int64, owner string, rev uint64) (Task, error) {
 	if t.Status != StatusWaiting {
 		return t, refuse("claim", t)
 	}
+	if rev == 0 {
+		return t, fmt.Errorf("%w: claim of task %q: no revision to take as the claim token", ErrTransition, t.ID)
+	}
 	t.Status = StatusRunning
+	t.Claim = rev
 	t.Attempt++
 	t.LeaseUntil = addDuration(now, t.AckWait)
 	t.Owner = owner
@@ -57,9 +73,10 @@ func Claim(t Task, now int64, owner string) (Task, error) {
 	return t, nil
 }
 
-// Ack ends the task in success: RUNNING attempt → SUCCESS, FinishedAt = now, lease and owner cleared.
-func Ack(t Task, attempt int, now int64) (Task, error) {
-	if err := checkAttempt("ack", t, attempt); err != nil {
+// Ack ends the task in success: RUNNING under claim → SUCCESS, FinishedAt = now, lease, owner and
+// claim cleared.
+func Ack(t Task, claim uint64, now int64) (Task, error) {
+	if err := checkClaim("ack", t, claim); err != nil {
 		return t, err
 	}
 	t = endLease(t, now)
@@ -68,21 +85,22 @@ func Ack(t Task, attempt int, now int64) (Task, error) {
 	return t, nil
 }
 
-// Nak fails the attempt: RUNNING attempt → WAITING with DueAt = now + delay, or DEAD (FinishedAt =
-// now) when the attempts are exhausted (Attempt >= MaxRetry+1). A negative delay means the task's
-// own backoff: Backoff[attempt-1], the last entry repeating, 0 without a backoff list. A delay is
-// rounded up to whole milliseconds (never early). LastError = reason ("nak" when empty).
-func Nak(t Task, attempt int, now int64, delay time.Duration, reason string) (Task, error) {
-	if err := checkAttempt("nak", t, attempt); err != nil {
+// Nak fails the attempt: RUNNING under claim → WAITING with DueAt = now + delay, or DEAD
+// (FinishedAt = now) when the attempts are exhausted (Attempt >= MaxRetry+1). A negative delay
+// means the task's own backoff: Backoff[attempt-1], the last entry repeating, 0 without a backoff
+// list. A delay is rounded up to whole milliseconds (never early) and clamped to MaxRetryDelay.
+// LastError = reason ("nak" when empty).
+func Nak(t Task, claim uint64, now int64, delay time.Duration, reason string) (Task, error) {
+	if err := checkClaim("nak", t, claim); err != nil {
 		return t, err
 	}
 	return retry(t, now, delay, cmp.Or(reason, reasonNak)), nil
 }
 
-// Term gives up at once: RUNNING attempt → DEAD, FinishedAt = now, LastError = reason
+// Term gives up at once: RUNNING under claim → DEAD, FinishedAt = now, LastError = reason
 // ("terminated by consumer" when empty).
-func Term(t Task, attempt int, now int64, reason string) (Task, error) {
-	if err := checkAttempt("term", t, attempt); err != nil {
+func Term(t Task, claim uint64, now int64, reason string) (Task, error) {
+	if err := checkClaim("term", t, claim); err != nil {
 		return t, err
 	}
 	t = endLease(t, now)
@@ -92,12 +110,13 @@ func Term(t Task, attempt int, now int64, reason string) (Task, error) {
 	return t, nil
 }
 
-// InProgress extends the lease of the RUNNING attempt: LeaseUntil = now + AckWait.
-func InProgress(t Task, attempt int, now int64) (Task, error) {
-	if err := checkAttempt("in progress", t, attempt); err != nil {
+// InProgress extends the lease of the attempt RUNNING under claim: LeaseUntil = now + AckWait.
+// It never shortens the lease: after a clock stepped back, the lease keeps its later end.
+func InProgress(t Task, claim uint64, now int64) (Task, error) {
+	if err := checkClaim("in progress", t, claim); err != nil {
 		return t, err
 	}
-	t.LeaseUntil = addDuration(now, t.AckWait)
+	t.LeaseUntil = max(t.LeaseUntil, addDuration(now, t.AckWait))
 	t.UpdatedAt = now
 	return t, nil
 }
@@ -127,7 +146,9 @@ func Cancel(t Task, now int64) (Task, error) {
 }
 
 // Requeue gives a DEAD task a new life: WAITING at due with Attempt = 0 and FinishedAt = 0;
-// LastError is kept for the record.
+// LastError is kept for the record. Attempts restart at 1 (a requeue is an operator's decision,
+// not a redelivery) and MaxRetry counts the attempts of the new life; the claim tokens of the new
+// life are later revisions, so no report from the old life is admitted.
 func Requeue(t Task, now, due int64) (Task, error) {
 	if t.Status != StatusDead {
 		return t, refuse("requeue", t)
@@ -163,6 +184,7 @@ func retry(t Task, now int64, delay time.Duration, reason string) Task {
 	if delay < 0 {
 		delay = backoff(t.Backoff, t.Attempt)
 	}
+	delay = min(delay, MaxRetryDelay)
 	t.Status = StatusWaiting
 	t.DueAt = addDuration(now, delay)
 	return t
@@ -177,27 +199,27 @@ func backoff(list []time.Duration, n int) time.Duration {
 	return list[min(max(n, 1), len(list))-1]
 }
 
-// endLease clears the lease and owner and stamps the update.
+// endLease clears the lease, owner and claim token and stamps the update.
 func endLease(t Task, now int64) Task {
 	t.LeaseUntil = 0
 	t.Owner = ""
+	t.Claim = 0
 	t.UpdatedAt = now
 	return t
 }
 
-// checkAttempt admits a report on the current attempt of a RUNNING task. A report on another
-// attempt is stale while the task runs; otherwise it is stale if it is older than the current
-// attempt and an illegal transition if not.
-func checkAttempt(op string, t Task, attempt int) error {
-	if t.Status == StatusRunning && attempt == t.Attempt {
+// checkClaim admits a report on the claim a RUNNING task carries. Any other report is stale: a
+// token of an earlier attempt or life while the task runs, or any token once it no longer runs.
+func checkClaim(op string, t Task, claim uint64) error {
+	if t.Status == StatusRunning && claim != 0 && claim == t.Claim {
 		return nil
 	}
-	if t.Status == StatusRunning || attempt < t.Attempt {
-		return fmt.Errorf("%w: %s of task %q attempt %d: the task is %s at attempt %d",
-			ErrStaleAttempt, op, t.ID, attempt, t.Status, t.Attempt)
+	if t.Status == StatusRunning {
+		return fmt.Errorf("%w: %s of task %q claim %d: the task is %s under claim %d (attempt %d)",
+			ErrStaleAttempt, op, t.ID, claim, t.Status, t.Claim, t.Attempt)
 	}
-	return fmt.Errorf("%w: %s of task %q attempt %d: the task is %s",
-		ErrTransition, op, t.ID, attempt, t.Status)
+	return fmt.Errorf("%w: %s of task %q claim %d: the task is %s",
+		ErrStaleAttempt, op, t.ID, claim, t.Status)
 }
 
 func refuse(op string, t Task) error {

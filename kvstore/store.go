@@ -5,6 +5,10 @@ import "context"
 // Store is the method set both implementations offer (*JetStore on a JetStream KV bucket and
 // *MemStore in memory), with identical semantics; one conformance suite runs against both.
 // Consumers such as the bridge declare the subset they need.
+//
+// A record written with a final status (Status.Final) retires by itself after the store's
+// retention: it then reads as ErrNotFound, watchers get EventDelete, and Create takes the id as a
+// new task. Live records never expire.
 type Store interface {
 	// Create stores t (status and all) under Key(t.ID) if no record exists there.
 	// If one exists it returns that record and an error matching ErrExists.
@@ -30,9 +34,11 @@ type Store interface {
 	DeleteAsync(ctx context.Context, id string, rev uint64, done func(error))
 
 	// Watch delivers the current records of the given partitions (all partitions if none are
-	// given), then one EventInitDone, then live changes including deletes, until ctx ends or
-	// Stop is called. The channel never blocks the server-side subscription: events are queued
-	// without bound inside the watcher.
+	// given), then one EventInitDone, then live changes including deletes (a retired record's
+	// too), until ctx ends or Stop is called. Starting it is bounded like any store call (ctx's
+	// deadline, or the store's timeout). Events wait in the watcher for a reader that is behind:
+	// JetStore holds at most Config.WatchBuffer and then stops taking from the server, whose
+	// flow control holds the rest back; MemStore's writers never wait, so its queue has no bound.
 	Watch(ctx context.Context, partitions ...int) (Watcher, error)
 
 	// Partitions is the bucket's partition count.

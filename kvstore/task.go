@@ -22,7 +22,8 @@ const (
 	StatusCancelled Status = "CANCELLED"
 )
 
-// Final reports whether the status ends the task's life (retention then deletes the record).
+// Final reports whether the status ends the task's life: a write of a final record carries the
+// retention as its TTL, and the server removes the record when it runs out.
 func (s Status) Final() bool {
 	return s == StatusSuccess || s == StatusDead || s == StatusCancelled
 }
@@ -34,7 +35,8 @@ type Task struct {
 	BizType string
 	// Payload is the opaque body to publish at the due time.
 	Payload []byte
-	// Header holds the caller's own headers, passed through to the fire message.
+	// Header holds the caller's own headers, passed through to the fire message. Keys and values
+	// are stored and read back byte for byte, whatever the bytes.
 	Header map[string][]string
 
 	Status     Status

@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas})
+	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas, Retention: o.retention})
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", o.bucket, err)
 	}

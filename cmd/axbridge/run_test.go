@@ -14,6 +14,7 @@ import (
 
 	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/internal/natstest"
+	"github.com/axbridge/axbridge/kvstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -55,7 +56,7 @@ func TestRunEmbedded(t *testing.T) {
 	done := make(chan error, 1)
 	dir := t.TempDir()
 	go func() {
-		err := run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0", "--log-format", "json"}, pw)
+		err := run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--retention", "90m"}, pw)
 		pw.Close()
 		done <- err
 	}()
@@ -109,6 +110,19 @@ func TestRunEmbedded(t *testing.T) {
 		t.Errorf("fired %q %v", got.Data, got.Header)
 	}
 	_ = got.Respond([]byte("+ACK"))
+	// --retention is the server TTL of the final record.
+	subject := "$KV.AX_TASKS." + kvstore.Key("order-42", kvstore.DefaultPartitions)
+	var ttl string
+	if !poll(10*time.Second, func() bool {
+		raw, err := js.GetLastMsg("KV_AX_TASKS", subject)
+		ttl = ""
+		if err == nil {
+			ttl = raw.Header.Get("Nats-TTL")
+		}
+		return ttl != ""
+	}) || ttl != (90*time.Minute).String() {
+		t.Errorf("final record's Nats-TTL %q, want %q from --retention", ttl, (90 * time.Minute).String())
+	}
 	nc.Close()
 	cancel()
 	select {
@@ -162,4 +176,20 @@ func TestRunUserNeedsPassword(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--password") {
 		t.Fatalf("err %v, want one naming --password", err)
 	}
+}
+
+// poll checks cond every 10ms until it holds or within has passed.
+func poll(within time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }
