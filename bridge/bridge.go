@@ -198,10 +198,6 @@ func (b *Bridge) start(ctx context.Context) error {
 		b.workers.Add(1)
 		go b.ackWorker(workCtx)
 	}
-	if p, ok := b.store.(markerPurger); ok {
-		b.workers.Add(1)
-		go b.purgeMarkers(loopCtx, p, b.cfg.PurgeInterval)
-	}
 	if b.api, err = b.startAPI(workCtx); err != nil {
 		return fmt.Errorf("bridge: task API: %w", err)
 	}

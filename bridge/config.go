@@ -50,9 +50,6 @@ type Config struct {
 	MaxPayload int
 	// Retention: how long finished records stay readable before deletion (default 24h).
 	Retention time.Duration
-	// PurgeInterval: how often delete markers of retired records are removed, once they are
-	// older than this (default 1h).
-	PurgeInterval time.Duration
 	// PreRead: tasks due within this window keep their payload in memory so that firing them
 	// needs no read (default 2s). Tasks further out are indexed without payload.
 	PreRead time.Duration
@@ -91,7 +88,6 @@ func (c Config) withDefaults() Config {
 	c.MaxPayload = cmp.Or(c.MaxPayload, 960<<10)
 	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
 	c.PreRead = cmp.Or(c.PreRead, 2*time.Second)
-	c.PurgeInterval = cmp.Or(c.PurgeInterval, time.Hour)
 	c.Workers = cmp.Or(c.Workers, 256)
 	c.AckWorkers = cmp.Or(c.AckWorkers, 256)
 	if c.Logger == nil {
@@ -127,7 +123,7 @@ func (c Config) validate() error {
 	if c.Retention < time.Second {
 		errs = append(errs, fmt.Errorf("retention %v: want at least 1s", c.Retention))
 	}
-	if c.PreRead < 0 || c.PurgeInterval <= 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
+	if c.PreRead < 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
 		errs = append(errs, errors.New("pre-read, workers, payload limit, tolerance and horizon must be positive"))
 	}
 	if err := errors.Join(errs...); err != nil {
