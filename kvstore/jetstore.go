@@ -369,7 +369,7 @@ func (s *JetStore) Update(ctx context.Context, t *Task, rev uint64) (uint64, err
 	}
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	ack, err := s.js.PublishMsg(ctx, s.putMsg(t, key, val, rev), waitForLeader(ctx)...)
+	ack, err := s.casPublish(ctx, s.putMsg(t, key, val, rev))
 	if err != nil {
 		return 0, fmt.Errorf("update %s at revision %d: %w", t.ID, rev, mapError(err))
 	}
@@ -384,7 +384,7 @@ func (s *JetStore) Delete(ctx context.Context, id string, rev uint64) error {
 	}
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if _, err := s.js.PublishMsg(ctx, s.purgeMsg(Key(id, s.cfg.Partitions), rev), waitForLeader(ctx)...); err != nil {
+	if _, err := s.casPublish(ctx, s.purgeMsg(Key(id, s.cfg.Partitions), rev)); err != nil {
 		return fmt.Errorf("delete %s at revision %d: %w", id, rev, mapError(err))
 	}
 	return nil
@@ -434,9 +434,11 @@ func (s *JetStore) encode(t *Task) (key string, val []byte, err error) {
 	return Key(t.ID, s.cfg.Partitions), val, nil
 }
 
-// mapError translates nats.go errors into this package's sentinels. It is the only place that
-// knows JetStream error codes: a CAS conflict is "wrong last sequence", code 10071 on an R1 stream
-// and 10164 (JSStreamWrongLastSequenceConstantErr) on a replicated one; nats.go reports it as
+// mapError translates nats.go errors into this package's sentinels. With keyBusy it is the only
+// place that knows JetStream error codes: a CAS conflict is "wrong last sequence", code 10071, and
+// 10164 (JSStreamWrongLastSequenceConstantErr), which a replicated stream's leader sends without
+// comparing while the key is busy (Update and Delete ask again on it, see keyBusy; Create settles
+// it by reading); nats.go reports it as
 // ErrKeyExists (matched by code 10071 only), as ErrKeyRevisionMismatch (kv.Update, kv.Delete) or
 // as a bare *APIError (publishes, sync or async). Other errors pass through.
 func mapError(err error) error {
@@ -467,6 +469,42 @@ func decodeEntry(id string, rev uint64, val []byte) (Entry, error) {
 		return Entry{}, fmt.Errorf("task %s revision %d: %w: the record names task %q", id, rev, ErrCorrupt, t.ID)
 	}
 	return Entry{Task: t, Revision: rev}, nil
+}
+
+// errKeyBusy: a CAS write was refused until its deadline because the stream leader still had
+// another write to the key in process. The write was not stored; it is not a conflict.
+var errKeyBusy = errors.New("kvstore: not written: the stream leader still had another write to the key in process")
+
+// keyBusy reports the stream leader's answer to a CAS write on a replicated bucket while another
+// write to the same key is proposed but not yet applied on the leader: code 10164
+// (JSStreamWrongLastSequenceConstantErr), sent without comparing revisions (nats-server
+// checkMsgHeadersPreClusteredProposal, expectedPerSubjectInProcess). The write in process may be
+// the very one that made the expected revision current: a follower applies it, and delivers it to
+// a watch or answers a direct get with it, before the leader has applied it. So the refusal says
+// "busy, ask again", not "the record is at another revision".
+func keyBusy(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// casPublish publishes a write that carries an expected last subject sequence and, while the
+// leader refuses it because the key is busy (keyBusy: nothing was stored), sends it again a
+// little later, until the leader compares revisions (success, or a conflict with code 10071) or
+// ctx ends (errKeyBusy, not a conflict).
+func (s *JetStore) casPublish(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	for attempt := 1; ; attempt++ {
+		ack, err := s.js.PublishMsg(ctx, m, waitForLeader(ctx)...)
+		if !keyBusy(err) {
+			return ack, err
+		}
+		timer := time.NewTimer(min(time.Duration(attempt)*2*time.Millisecond, 50*time.Millisecond))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("%w: %w", errKeyBusy, ctx.Err())
+		}
+	}
 }
 
 // noLeaderRetry is how often a write that found no stream to take it is sent again.

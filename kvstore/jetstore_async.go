@@ -67,7 +67,13 @@ func (s *JetStore) UpdateAsync(ctx context.Context, t *Task, rev uint64, done fu
 	if err == nil {
 		m = s.putMsg(t, key, val, rev)
 	}
-	s.submit(ctx, m, err, func(_ context.Context, seq uint64, err error) {
+	s.submit(ctx, m, err, func(ctx context.Context, seq uint64, err error) {
+		if m != nil && keyBusy(err) { // not stored: ask again, synchronously (casPublish)
+			var ack *jetstream.PubAck
+			if ack, err = s.casPublish(ctx, s.putMsg(t, key, val, rev)); err == nil {
+				seq = ack.Sequence
+			}
+		}
 		if err != nil {
 			if m != nil {
 				err = fmt.Errorf("update %s at revision %d: %w", t.ID, rev, mapError(err))
@@ -86,7 +92,10 @@ func (s *JetStore) DeleteAsync(ctx context.Context, id string, rev uint64, done 
 	if err == nil {
 		m = s.purgeMsg(Key(id, s.cfg.Partitions), rev)
 	}
-	s.submit(ctx, m, err, func(_ context.Context, _ uint64, err error) {
+	s.submit(ctx, m, err, func(ctx context.Context, _ uint64, err error) {
+		if m != nil && keyBusy(err) { // not stored: ask again, synchronously (casPublish)
+			_, err = s.casPublish(ctx, s.purgeMsg(Key(id, s.cfg.Partitions), rev))
+		}
 		if err != nil && m != nil {
 			err = fmt.Errorf("delete %s at revision %d: %w", id, rev, mapError(err))
 		}
