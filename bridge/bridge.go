@@ -77,6 +77,8 @@ type Bridge struct {
 	intakeClosed bool       // Stop no longer waits for new schedule messages
 	maxDeliver   atomic.Int64
 	intakeOutage storeOutage
+
+	outage *outageLog // store failures of task steps, logged once per change of state
 }
 
 // lifecycle is a Bridge's state: new → starting → running → stopping → stopped.
@@ -107,6 +109,7 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		cfg: cfg, nc: nc, js: js, store: store, log: cfg.Logger,
 		m:          newMetrics(cfg.Registerer),
 		fired:      newInflight(),
+		outage:     newOutageLog(cfg.Logger),
 		startDone:  make(chan struct{}),
 		stopped:    make(chan struct{}),
 		jobs:       make(chan job),

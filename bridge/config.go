@@ -48,13 +48,34 @@ type Config struct {
 	// checked as well, against the connection's max payload minus 4 KiB: what passes both is
 	// stored, what does not is refused with PAYLOAD_TOO_LARGE and never retried.
 	MaxPayload int
-	// Retention: how long finished records stay readable before deletion (default 24h).
-	Retention time.Duration
 	// PreRead: tasks due within this window keep their payload in memory so that firing them
 	// needs no read (default 2s). Tasks further out are indexed without payload.
 	PreRead time.Duration
 
-	// Workers run claims, fires, lease checks and retention deletes (default 256);
+	// The scheduling loop.
+	//
+	// LeaseSkew: a replica expires a lease another replica owns only this long after its
+	// LeaseUntil, so that clocks a little apart never end an attempt early (default 1s); the
+	// owner expires it at LeaseUntil.
+	LeaseSkew time.Duration
+	// MaxPreReadTasks and MaxPreReadBytes bound the records held with their payload ahead of
+	// their due time (defaults 100,000 and 64 MiB, each record counted with its payload,
+	// headers and a few hundred bytes of its own); past either bound a task is indexed without
+	// its payload and read when it fires.
+	MaxPreReadTasks int
+	MaxPreReadBytes int
+	// WatchTimeout bounds each attempt to start the task watch again after it ended (default
+	// 10s); attempts go on with a growing pause while the loop keeps firing from its index.
+	WatchTimeout time.Duration
+	// ReconcileInterval is the pause between two passes of the reconciler (default 1m), which
+	// reads the bucket and repairs any task the index missed: WAITING more than ReconcileGrace
+	// past due (default 2s), or RUNNING that long past its lease. A pass reads at most
+	// ReconcileRate records a second (default 10,000).
+	ReconcileInterval time.Duration
+	ReconcileGrace    time.Duration
+	ReconcileRate     int
+
+	// Workers run claims, fires and lease checks (default 256);
 	// AckWorkers apply consumer acks (default 256). Both pipeline store round trips.
 	Workers    int
 	AckWorkers int
@@ -86,8 +107,14 @@ func (c Config) withDefaults() Config {
 	c.PastTolerance = cmp.Or(c.PastTolerance, time.Hour)
 	c.MaxHorizon = cmp.Or(c.MaxHorizon, 400*24*time.Hour)
 	c.MaxPayload = cmp.Or(c.MaxPayload, 960<<10)
-	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
 	c.PreRead = cmp.Or(c.PreRead, 2*time.Second)
+	c.LeaseSkew = cmp.Or(c.LeaseSkew, time.Second)
+	c.MaxPreReadTasks = cmp.Or(c.MaxPreReadTasks, 100_000)
+	c.MaxPreReadBytes = cmp.Or(c.MaxPreReadBytes, 64<<20)
+	c.WatchTimeout = cmp.Or(c.WatchTimeout, 10*time.Second)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
+	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, 2*time.Second)
+	c.ReconcileRate = cmp.Or(c.ReconcileRate, 10_000)
 	c.Workers = cmp.Or(c.Workers, 256)
 	c.AckWorkers = cmp.Or(c.AckWorkers, 256)
 	if c.Logger == nil {
@@ -120,11 +147,29 @@ func (c Config) validate() error {
 	if err := checkBackoff(c.Backoff); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Retention < time.Second {
-		errs = append(errs, fmt.Errorf("retention %v: want at least 1s", c.Retention))
-	}
 	if c.PreRead < 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
 		errs = append(errs, errors.New("pre-read, workers, payload limit, tolerance and horizon must be positive"))
+	}
+	if c.LeaseSkew < 0 {
+		errs = append(errs, fmt.Errorf("lease skew %v: want 0 or more", c.LeaseSkew))
+	}
+	if c.MaxPreReadTasks < 1 {
+		errs = append(errs, fmt.Errorf("max pre-read tasks %d: want at least 1", c.MaxPreReadTasks))
+	}
+	if c.MaxPreReadBytes < 1 {
+		errs = append(errs, fmt.Errorf("max pre-read bytes %d: want at least 1", c.MaxPreReadBytes))
+	}
+	if c.WatchTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("watch timeout %v: want more than 0", c.WatchTimeout))
+	}
+	if c.ReconcileInterval <= 0 {
+		errs = append(errs, fmt.Errorf("reconcile interval %v: want more than 0", c.ReconcileInterval))
+	}
+	if c.ReconcileGrace < 0 {
+		errs = append(errs, fmt.Errorf("reconcile grace %v: want 0 or more", c.ReconcileGrace))
+	}
+	if c.ReconcileRate < 1 {
+		errs = append(errs, fmt.Errorf("reconcile rate %d: want at least 1 record a second", c.ReconcileRate))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bridge config: %w", err)

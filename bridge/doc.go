@@ -8,12 +8,17 @@
 //     (parseSchedule, a pure function); a bad one is reported on ax.rejected.<bizType> and
 //     dropped; a good one is created in the store with a pipelined write, and the message is acked
 //     only once the record is durable.
-//   - The scheduling loop (loop.go) is the only owner of the timing wheel: it watches the store
-//     (initial load, then live changes), keeps one wheel entry per task for its next step (fire,
-//     pre-read, lease end, retention end) and one timer armed to the wheel's next deadline. It
-//     holds payloads only for tasks due within Config.PreRead.
+//   - The scheduling loop (loop.go) is the only owner of the index of live tasks (slots.go: one
+//     entry per WAITING or RUNNING task, for its next step: fire, pre-read or lease end, keyed by
+//     UTC Unix ms and compared with a fresh reading of the clock, so a clock step neither delays
+//     nor spins) and of one timer armed to the next due step, at most a second away. It watches
+//     the store (initial load, then live changes; a watch that ends is started again off the
+//     loop), takes due steps into two bounded job queues, fires before lease ends, and holds
+//     payloads only for tasks due within Config.PreRead, within a count and a byte bound. Finished
+//     records leave the index; the server retires them. A paced reconciler (reconcile.go) reads
+//     the bucket now and then and repairs any overdue task the index missed.
 //   - Workers run the due steps: claim by CAS (WAITING → RUNNING) and publish the fire message from
-//     the write's completion; count an expired lease as a failed attempt; delete a retired record.
+//     the write's completion; count an expired lease as a failed attempt.
 //   - Acks arrive on a queue subscription (any replica applies any ack, by CAS); this replica's own
 //     plain subscription on its reply subjects receives NATS's no-responders status when nobody
 //     was subscribed to the fire subject.

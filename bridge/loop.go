@@ -1,34 +1,21 @@
 package bridge
 
 import (
-	"cmp"
 	"context"
+	"sync"
 	"time"
 
 	"github.com/axbridge/axbridge/kvstore"
-	"github.com/axbridge/axbridge/timingwheel"
 )
 
-// jobKind says what a worker does with a task whose wheel entry came due.
+// jobKind says what a worker does with a task whose index entry came due.
 type jobKind uint8
 
 const (
 	jobFire    jobKind = iota + 1 // WAITING and due: claim, then publish to ax.fire.<bizType>
 	jobPreRead                    // WAITING and due soon: read the payload ahead of time
 	jobLease                      // RUNNING and the lease ended: count the attempt as failed
-	jobRetain                     // finished and retention ended: delete the record
 )
-
-// slot is what the wheel holds per task: one entry per task id, whatever its state.
-type slot uint64
-
-// newSlot packs a record revision and the job kind into the wheel's value: 8 bytes
-// instead of a 16-byte struct, for every pending task. Revisions are stream sequences,
-// far below 2^61.
-func newSlot(rev uint64, kind jobKind) slot { return slot(rev<<3 | uint64(kind)) }
-
-func (s slot) rev() uint64   { return uint64(s) >> 3 }
-func (s slot) kind() jobKind { return jobKind(s & 7) }
 
 // job is one unit of work for a worker. entry is set when the loop holds the record's payload;
 // a jobPreRead carries many ids, read in one batch.
@@ -36,196 +23,469 @@ type job struct {
 	kind  jobKind
 	id    string
 	rev   uint64
+	due   int64 // UTC Unix ms the step was due at
 	entry *kvstore.Entry
 	ids   []string
 }
 
-// preReadBatch is how many records one pre-read job reads at once.
-const preReadBatch = 256
+const (
+	// preReadBatch is how many records one pre-read job reads at once.
+	preReadBatch = 256
+	// maxQueued bounds each of the loop's two job queues (fires; lease ends and pre-reads):
+	// the loop takes due steps from its index only while its queue has room.
+	maxQueued = 512
+	// flightStale is how long a step handed to the workers counts as in progress for the
+	// reconciler; a step that has not changed its record by then is repaired.
+	flightStale = 30 * time.Second
+)
 
-// result is a worker's report to the loop: put the task back in the wheel (retry a failed store
-// call later, or a wall clock that is behind the monotonic one), or hand over a pre-read record.
+// result is a worker's report to the loop: put the task back in the index (retry a failed store
+// call later, or a record that is not due yet), or hand over pre-read records.
 type result struct {
 	id      string
 	rev     uint64
 	kind    jobKind
 	at      int64           // UTC Unix ms at which to try again
+	retry   bool            // a store call failed (the task stays overdue meanwhile)
 	entries []kvstore.Entry // pre-read records, for jobPreRead
+}
+
+// flight is a step taken from the index and not yet seen through: the revision it was taken at,
+// whether it still waits in a job queue, when (monotonic) a worker took it, and when the task was
+// due (UTC Unix ms; a fire's first due time, kept across retries).
+type flight struct {
+	rev    uint64
+	queued bool
+	at     time.Time
+	due    int64
 }
 
 // loopState is owned by the loop goroutine alone.
 type loopState struct {
-	b      *Bridge
-	origin time.Time // monotonic origin: wall ms map onto the monotonic clock through it
-	wheel  *timingwheel.Wheel[slot]
-	near   map[string]*kvstore.Entry // records with payload, for tasks due within PreRead
-	queue  []job                     // jobs the workers have not taken yet
-	reads  []string                  // ids to pre-read, batched into jobs after each Advance
+	b         *Bridge
+	now       reading // the latest reading of the clocks
+	idx       *slots
+	near      map[string]*kvstore.Entry // records with payload, due within PreRead (bounded)
+	nearBytes int
+	fires     []job // fire jobs no worker has taken yet, in deadline order (at most maxQueued)
+	house     []job // lease and pre-read jobs, after every fire (at most maxQueued)
+	reads     []string
+	flight    map[string]flight // steps taken from the index whose record has not changed since
+	retrying  map[string]int64  // fires put back after a failed store call: id → when the task was due
+	clock     stepDetector
+	lastStats time.Time // monotonic: when the overdue gauges were last computed
+	lastPrune time.Time
 }
 
-// loop is the scheduling loop: it owns the wheel, the pre-read cache and one timer armed to the
-// wheel's next deadline. It reads watch events and worker results, and hands due work to workers.
-// It closes b.jobs and b.loopEnd when it returns.
+// loop is the scheduling loop: it owns the index, the pre-read cache and one timer armed to the
+// next due step (at most idleCheck away). It reads watch events, worker results and the
+// reconciler's findings, and hands due work to workers, fires first. A watch that ends is started
+// again on another goroutine while the loop keeps firing from its index. It closes b.jobs and
+// b.loopEnd when it returns, after its helper goroutines have ended.
 func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 	defer close(b.loopEnd)
 	defer close(b.jobs)
-	origin := b.cfg.Now()
+	var helpers sync.WaitGroup
+	watches := make(chan kvstore.Watcher, 1) // re-watch goroutine → loop: a new running watch
+	defer func() {
+		helpers.Wait()
+		select { // a watch started again just as the loop ended
+		case nw := <-watches:
+			_ = nw.Stop()
+		default:
+		}
+	}()
 	l := &loopState{
-		b:      b,
-		origin: origin,
-		wheel:  timingwheel.New[slot](origin, timingwheel.Options{}),
-		near:   make(map[string]*kvstore.Entry),
+		b:        b,
+		idx:      newSlots(),
+		near:     make(map[string]*kvstore.Entry),
+		flight:   make(map[string]flight),
+		retrying: make(map[string]int64),
 	}
-	timer := time.NewTimer(time.Hour)
+	l.now = b.read()
+	l.clock.check(l.now)
+	timer := time.NewTimer(idleCheck)
 	defer timer.Stop()
-	armed := time.Time{}
+
 	events := w.Events()
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
+	found := make(chan reconcileMsg) // reconciler ⇄ loop: records the index may have missed
+	helpers.Add(1)
+	go func() {
+		defer helpers.Done()
+		b.reconcile(ctx, found)
+	}()
+	b.m.loop.watchUp.Set(1)
+	var watchDown time.Time
 	initDone := false
 	for {
-		var out chan<- job
-		var next job
-		if len(l.queue) > 0 {
-			out, next = b.jobs, l.queue[0]
-		}
+		out, next := l.nextJob()
 		select {
 		case <-ctx.Done():
-			_ = w.Stop()
 			return
 		case ev, ok := <-events:
 			if !ok {
+				_ = w.Stop()
+				w, events = nil, nil
 				if ctx.Err() != nil {
 					return
 				}
-				b.log.Warn("task watch ended; watching again")
-				nw, err := b.store.Watch(ctx)
-				if err != nil {
-					b.log.Error("watch tasks", "err", err)
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(time.Second):
-					}
-					continue
+				watchDown = time.Now()
+				b.m.loop.watchRestarts.Inc()
+				b.m.loop.watchUp.Set(0)
+				b.log.Warn("task watch ended; starting it again while tasks keep firing from the index")
+				helpers.Add(1)
+				go func() {
+					defer helpers.Done()
+					b.rewatch(ctx, watches)
+				}()
+				break
+			}
+			l.now = b.read()
+			for n := 0; ; n++ {
+				if ev.Kind == kvstore.EventInitDone && !initDone {
+					initDone = true
+					b.log.Info("tasks recovered from the bucket", "pending", l.idx.len())
+					close(b.ready)
 				}
-				w, events = nw, nw.Events()
-				continue
+				l.apply(ev)
+				if n == 255 {
+					break
+				}
+				if ev, ok = tryRecv(events); !ok {
+					break
+				}
 			}
-			if ev.Kind == kvstore.EventInitDone && !initDone {
-				initDone = true
-				b.log.Info("tasks recovered from the bucket", "pending", l.wheel.Len())
-				close(b.ready)
-			}
-			l.apply(ev)
+		case nw := <-watches:
+			w, events = nw, nw.Events()
+			b.m.loop.watchUp.Set(1)
+			b.log.Info("task watch running again", "down_for", time.Since(watchDown).Round(time.Millisecond))
 		case r := <-b.results:
+			l.now = b.read()
 			l.result(r)
+		case m := <-found:
+			l.now = b.read()
+			l.reconciled(m)
 		case <-timer.C:
-			armed = time.Time{}
 		case out <- next:
-			l.queue[0] = job{}
-			l.queue = l.queue[1:]
+			l.sent(next)
+			for { // hand out more while workers are waiting, without a turn each
+				if out, next = l.nextJob(); out == nil {
+					break
+				}
+				select {
+				case out <- next:
+					l.sent(next)
+					continue
+				default:
+				}
+				break
+			}
 		}
-		now := b.cfg.Now()
-		l.wheel.Advance(now, l.due)
-		l.flushReads()
-		if at, ok := l.wheel.Next(); ok && (armed.IsZero() || at.Before(armed)) {
-			timer.Reset(at.Sub(now))
-			armed = at
-		}
-		b.m.pending.Set(float64(l.wheel.Len()))
+		l.turn()
+		timer.Reset(l.wait())
 	}
 }
 
-// index gives id one wheel entry at the UTC Unix ms instant ms, mapped onto the monotonic clock
-// as its offset from origin (AddAfter converts origin once for every call).
-func (l *loopState) index(id string, ms int64, s slot) {
-	l.wheel.AddAfter(id, l.origin, time.Duration(ms*int64(time.Millisecond)-l.origin.UnixNano()), s)
+// tryRecv receives from ch if a value is ready; ok is false otherwise or if ch is closed (the
+// next select sees the close).
+func tryRecv(ch <-chan kvstore.Event) (kvstore.Event, bool) {
+	select {
+	case ev, ok := <-ch:
+		return ev, ok
+	default:
+		return kvstore.Event{}, false
+	}
 }
 
-func (l *loopState) nowMs() int64 { return l.b.cfg.Now().UnixMilli() }
+// nextJob is the job to hand out next (fires first), with the channel to send it on; a nil
+// channel when there is none.
+func (l *loopState) nextJob() (chan<- job, job) {
+	switch {
+	case len(l.fires) > 0:
+		return l.b.jobs, l.fires[0]
+	case len(l.house) > 0:
+		return l.b.jobs, l.house[0]
+	}
+	return nil, job{}
+}
 
-// apply indexes one watch event: every record has exactly one wheel entry, at the time its next
-// step is due (fire, pre-read, lease end or retention end).
+// sent drops the job j a worker took from its queue; the step is now in the worker's hands.
+func (l *loopState) sent(j job) {
+	if f, ok := l.flight[j.id]; ok && j.kind != jobPreRead && f.rev == j.rev {
+		l.flight[j.id] = flight{rev: j.rev, at: l.now.mono, due: f.due}
+	}
+	q := &l.house
+	if len(l.fires) > 0 {
+		q = &l.fires
+	}
+	(*q)[0] = job{}
+	*q = (*q)[1:]
+	if len(*q) == 0 {
+		*q = nil
+	}
+}
+
+// turn runs after every event: it reads the clocks, notices a wall-clock step, takes the steps
+// that are due into the job queues while they have room, and updates the gauges.
+func (l *loopState) turn() {
+	b := l.b
+	l.now = b.read()
+	if step, ok := l.clock.check(l.now); ok {
+		dir := "forward"
+		if step < 0 {
+			dir = "backward"
+		}
+		b.m.loop.clockSteps.WithLabelValues(dir).Inc()
+		b.log.Warn("wall clock stepped; due times are judged by the new reading", "step", step)
+	}
+	l.take()
+	l.flushReads()
+	l.stats()
+}
+
+// wait is how long the loop may sleep: until the next step it could take, at most idleCheck.
+func (l *loopState) wait() time.Duration {
+	d := idleCheck
+	if len(l.fires) < maxQueued {
+		if n, ok := l.idx.peek(heapFire); ok {
+			d = l.now.until(n.due, d)
+		}
+	}
+	if len(l.house) < maxQueued {
+		if n, ok := l.idx.peek(heapHouse); ok {
+			d = l.now.until(n.due, d)
+		}
+	}
+	return d
+}
+
+// take moves due steps from the index into the job queues, in deadline order, while the queues
+// have room; the rest stays indexed until a later turn.
+func (l *loopState) take() {
+	ms := l.now.ms
+	for len(l.fires) < maxQueued {
+		n, ok := l.idx.peek(heapFire)
+		if !ok || n.due > ms {
+			break
+		}
+		l.idx.pop(heapFire)
+		if n.kind == jobPreRead {
+			// Index the fire itself now; the read, if it comes back in time, only adds the payload.
+			l.idx.put(n.id, addMs(n.due, l.b.cfg.PreRead), n.rev, jobFire)
+			if len(l.near)+len(l.reads) < l.b.cfg.MaxPreReadTasks && l.nearBytes < l.b.cfg.MaxPreReadBytes {
+				l.reads = append(l.reads, n.id)
+			}
+			continue
+		}
+		j := job{kind: jobFire, id: n.id, rev: n.rev, due: n.due}
+		if due, ok := l.retrying[n.id]; ok {
+			j.due = due
+			delete(l.retrying, n.id)
+		}
+		if e, ok := l.near[n.id]; ok {
+			l.dropNear(n.id)
+			if e.Revision == n.rev {
+				j.entry = e
+			}
+		}
+		l.fires = append(l.fires, j)
+		l.flight[n.id] = flight{rev: n.rev, queued: true, due: j.due}
+	}
+	for len(l.house) < maxQueued {
+		n, ok := l.idx.peek(heapHouse)
+		if !ok || n.due > ms {
+			break
+		}
+		l.idx.pop(heapHouse)
+		l.house = append(l.house, job{kind: jobLease, id: n.id, rev: n.rev, due: n.due})
+		l.flight[n.id] = flight{rev: n.rev, queued: true, due: n.due}
+	}
+}
+
+// flushReads turns the ids collected for pre-reading into batched read jobs, while the
+// housekeeping queue has room.
+func (l *loopState) flushReads() {
+	for len(l.reads) > 0 && len(l.house) < maxQueued {
+		n := min(len(l.reads), preReadBatch)
+		l.house = append(l.house, job{kind: jobPreRead, ids: l.reads[:n:n]})
+		l.reads = l.reads[n:]
+	}
+	if len(l.reads) == 0 {
+		l.reads = nil
+	}
+}
+
+// leaseDue is when a RUNNING task's lease counts as ended here: at LeaseUntil for its owner, a skew
+// margin later for any other replica, whose clock may run ahead of the owner's.
+func (b *Bridge) leaseDue(t *kvstore.Task) int64 {
+	if t.Owner == b.cfg.ReplicaID {
+		return t.LeaseUntil
+	}
+	return addMs(t.LeaseUntil, b.cfg.LeaseSkew)
+}
+
+// apply indexes one watch event: every live record has exactly one entry, at the time its next
+// step is due (fire, pre-read or lease end); a finished record has none (the server retires it).
 func (l *loopState) apply(ev kvstore.Event) {
 	switch ev.Kind {
 	case kvstore.EventPut:
 		e := ev.Entry
 		id := e.Task.ID
-		if _, cur, ok := l.wheel.Get(id); ok && cur.rev() > e.Revision {
+		if cur, ok := l.idx.get(id); ok && cur.rev > e.Revision {
 			return // an older revision than the one indexed
 		}
-		delete(l.near, id)
+		if f, ok := l.flight[id]; ok {
+			if f.rev >= e.Revision {
+				return // a worker has this revision in hand (a watch started again replays it)
+			}
+			delete(l.flight, id)
+		}
+		delete(l.retrying, id)
+		l.dropNear(id)
 		t := &e.Task
 		if t.Status != kvstore.StatusRunning {
 			l.b.fired.drop(id, e.Revision)
 		}
-		switch {
-		case t.Status == kvstore.StatusWaiting:
-			if t.DueAt-l.nowMs() <= l.b.cfg.PreRead.Milliseconds() {
-				l.near[id] = &e
-				l.index(id, t.DueAt, newSlot(e.Revision, jobFire))
+		switch t.Status {
+		case kvstore.StatusWaiting:
+			if t.DueAt <= addMs(l.now.ms, l.b.cfg.PreRead) {
+				l.keepNear(&e)
+				l.idx.put(id, t.DueAt, e.Revision, jobFire)
 			} else {
-				l.index(id, t.DueAt-l.b.cfg.PreRead.Milliseconds(), newSlot(e.Revision, jobPreRead))
+				l.idx.put(id, subMs(t.DueAt, l.b.cfg.PreRead), e.Revision, jobPreRead)
 			}
-		case t.Status == kvstore.StatusRunning:
-			l.index(id, t.LeaseUntil, newSlot(e.Revision, jobLease))
-		case t.Status.Final():
-			l.index(id, cmp.Or(t.FinishedAt, t.UpdatedAt)+l.b.cfg.Retention.Milliseconds(), newSlot(e.Revision, jobRetain))
+		case kvstore.StatusRunning:
+			l.idx.put(id, l.b.leaseDue(t), e.Revision, jobLease)
+		default: // final: nothing more to do here
+			l.idx.remove(id)
 		}
 	case kvstore.EventDelete:
 		l.b.fired.drop(ev.ID, ev.Revision)
-		l.wheel.Remove(ev.ID)
-		delete(l.near, ev.ID)
+		if cur, ok := l.idx.get(ev.ID); ok && cur.rev > ev.Revision {
+			return
+		}
+		l.idx.remove(ev.ID)
+		l.dropNear(ev.ID)
+		delete(l.flight, ev.ID)
+		delete(l.retrying, ev.ID)
 	case kvstore.EventError:
 		l.b.m.corrupt.Inc()
 		l.b.log.Error("unreadable task record; left alone", "task_id", ev.ID, "revision", ev.Revision, "err", ev.Err)
+		if cur, ok := l.idx.get(ev.ID); ok && cur.rev < ev.Revision {
+			l.idx.remove(ev.ID) // its older revision is gone: reading it again cannot help
+			l.dropNear(ev.ID)
+			delete(l.retrying, ev.ID)
+		}
 	}
 }
 
-// due is called by the wheel for each entry whose time has come.
-func (l *loopState) due(id string, at time.Time, s slot) {
-	j := job{kind: s.kind(), id: id, rev: s.rev()}
-	switch s.kind() {
-	case jobFire:
-		if e, ok := l.near[id]; ok {
-			delete(l.near, id)
-			if e.Revision == s.rev() {
-				j.entry = e
-			}
+// recordOverhead is roughly what a held record costs besides its payload and headers: the Entry,
+// its strings and the map entry.
+const recordOverhead = 384
+
+// recordBytes is what holding a record in memory costs, roughly.
+func recordBytes(t *kvstore.Task) int {
+	n := recordOverhead + len(t.Payload) + len(t.ID) + len(t.BizType) + len(t.LastError)
+	for k, vs := range t.Header {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
 		}
-	case jobPreRead:
-		// Index the fire itself now; the read result, if it comes in time, only adds the payload.
-		// (near never holds a record whose slot is a pre-read: only apply sets that kind, and it
-		// clears near first; result fills near only under a fire slot.)
-		l.wheel.AddAfter(id, at, l.b.cfg.PreRead, newSlot(s.rev(), jobFire))
-		l.reads = append(l.reads, id)
+	}
+	return n
+}
+
+// keepNear holds e with its payload, if the pre-read bounds leave room.
+func (l *loopState) keepNear(e *kvstore.Entry) {
+	n := recordBytes(&e.Task)
+	if len(l.near) >= l.b.cfg.MaxPreReadTasks || l.nearBytes+n > l.b.cfg.MaxPreReadBytes {
 		return
 	}
-	l.queue = append(l.queue, j)
+	l.dropNear(e.Task.ID)
+	l.near[e.Task.ID] = e
+	l.nearBytes += n
 }
 
-// flushReads turns the ids collected for pre-reading into batched read jobs.
-func (l *loopState) flushReads() {
-	for len(l.reads) > 0 {
-		n := min(len(l.reads), preReadBatch)
-		l.queue = append(l.queue, job{kind: jobPreRead, ids: l.reads[:n:n]})
-		l.reads = l.reads[n:]
+func (l *loopState) dropNear(id string) {
+	if e, ok := l.near[id]; ok {
+		l.nearBytes -= recordBytes(&e.Task)
+		delete(l.near, id)
 	}
-	l.reads = nil
 }
 
-// result takes a worker's report back into the wheel.
+// result takes a worker's report back into the index.
 func (l *loopState) result(r result) {
-	if r.entries != nil { // pre-read records: keep those the wheel still expects at that revision
+	if r.entries != nil { // pre-read records: keep those the index still expects at that revision
 		for i := range r.entries {
 			e := &r.entries[i]
-			if _, cur, ok := l.wheel.Get(e.Task.ID); ok && cur.rev() == e.Revision && cur.kind() == jobFire {
-				l.near[e.Task.ID] = e
+			if cur, ok := l.idx.get(e.Task.ID); ok && cur.rev == e.Revision && cur.kind == jobFire {
+				l.keepNear(e)
 			}
 		}
 		return
 	}
-	if _, cur, ok := l.wheel.Get(r.id); ok && cur.rev() > r.rev {
+	if cur, ok := l.idx.get(r.id); ok && cur.rev > r.rev {
 		return // a newer revision is indexed already
 	}
-	l.index(r.id, r.at, newSlot(r.rev, r.kind))
+	due := r.at
+	if f, ok := l.flight[r.id]; ok && f.rev <= r.rev {
+		due = min(due, f.due)
+		delete(l.flight, r.id)
+	}
+	l.idx.put(r.id, r.at, r.rev, r.kind)
+	if r.retry && r.kind == jobFire && due < r.at {
+		l.retrying[r.id] = due // still overdue while it waits for its retry
+	}
+}
+
+// stats updates the gauges: the cheap ones every turn, the overdue ones at most once a second.
+func (l *loopState) stats() {
+	m := l.b.m
+	queued := len(l.fires) + len(l.house)
+	m.pending.Set(float64(l.idx.len()))
+	m.loop.queued.Set(float64(queued))
+	m.loop.preRead.Set(float64(len(l.near)))
+	m.loop.preReadBytes.Set(float64(l.nearBytes))
+	if obs := m.loop.observe; obs != nil {
+		obs(loopStats{queued: queued, preRead: len(l.near), preReadBytes: l.nearBytes, indexed: l.idx.len()})
+	}
+	if l.now.mono.Sub(l.lastStats) < idleCheck {
+		return
+	}
+	l.lastStats = l.now.mono
+	l.b.outage.tick()
+	n, oldest := l.idx.countDue(heapFire, l.now.ms, jobFire)
+	for _, j := range l.fires {
+		if n == 0 || j.due < oldest {
+			oldest = j.due
+		}
+		n++
+	}
+	for id, due := range l.retrying {
+		if e, ok := l.idx.get(id); ok && e.due > l.now.ms && due <= l.now.ms { // not counted above
+			if n == 0 || due < oldest {
+				oldest = due
+			}
+			n++
+		}
+	}
+	m.loop.overdue.Set(float64(n))
+	age := 0.0
+	if n > 0 {
+		age = float64(l.now.ms-oldest) / 1000
+	}
+	m.loop.oldestOverdue.Set(age)
+	if l.now.mono.Sub(l.lastPrune) >= 10*flightStale {
+		l.lastPrune = l.now.mono
+		for id, f := range l.flight {
+			if !f.queued && l.now.mono.Sub(f.at) >= 10*flightStale {
+				delete(l.flight, id)
+			}
+		}
+	}
 }

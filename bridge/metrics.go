@@ -15,7 +15,8 @@ type metrics struct {
 	dead         *prometheus.CounterVec
 	corrupt      prometheus.Counter
 	pending      prometheus.Gauge
-	ack          *ackMetrics    // metrics_ack.go: store errors of claims and acks, dropped acks
+	ack          *ackMetrics // metrics_ack.go: store errors of claims and acks, dropped acks
+	loop         *loopMetrics
 	intake       *intakeMetrics // metrics_intake.go
 }
 
@@ -38,11 +39,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		corrupt: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "records_unreadable_total",
 			Help: "Task records that could not be decoded."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: "tasks_indexed",
-			Help: "Task records this replica holds in its timing wheel (waiting, running and retained)."}),
-		ack: newAckMetrics(reg),
+			Help: "Live task records (waiting and running) this replica indexes."}),
+		ack:  newAckMetrics(reg),
+		loop: newLoopMetrics(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.dead, m.corrupt, m.pending)
+		reg.MustRegister(m.loop.collectors()...)
 	}
 	m.intake = newIntakeMetrics(reg)
 	return m

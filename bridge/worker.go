@@ -22,8 +22,6 @@ func (b *Bridge) worker(ctx context.Context) {
 			b.preRead(ctx, j)
 		case jobLease:
 			b.leaseEnded(ctx, j)
-		case jobRetain:
-			b.retire(ctx, j)
 		}
 	}
 }
@@ -37,9 +35,11 @@ func (b *Bridge) report(r result) {
 	}
 }
 
+// retryLater puts the task back in the index to try the step again after a failed store call.
+// An outage is logged once when it starts and once when it ends, not once per task.
 func (b *Bridge) retryLater(j job, reason string, err error) {
-	b.log.Warn("task step failed; will retry", "task_id", j.id, "step", reason, "err", err)
-	b.report(result{id: j.id, rev: j.rev, kind: j.kind, at: b.cfg.Now().Add(retryStoreAfter).UnixMilli()})
+	b.outage.failed(reason, j.id, err)
+	b.report(result{id: j.id, rev: j.rev, kind: j.kind, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), retry: true})
 }
 
 // load returns the job's record: the pre-read one, or a fresh read.
@@ -55,6 +55,7 @@ func (b *Bridge) load(ctx context.Context, j job) (kvstore.Entry, bool) {
 		b.retryLater(j, "read", err)
 		return e, false
 	}
+	b.outage.ok()
 	return e, true
 }
 
@@ -64,6 +65,8 @@ func (b *Bridge) preRead(ctx context.Context, j job) {
 	es, err := b.store.GetMany(ctx, j.ids)
 	if err != nil {
 		b.log.Debug("pre-read", "tasks", len(j.ids), "err", err)
+	} else {
+		b.outage.ok()
 	}
 	if len(es) > 0 {
 		b.report(result{entries: es})
@@ -77,8 +80,9 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 		return
 	}
 	nowMs := b.cfg.Now().UnixMilli()
-	if e.Task.LeaseUntil > nowMs {
-		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: e.Task.LeaseUntil})
+	if due := b.leaseDue(&e.Task); due > nowMs {
+		// Not ended by this bridge's clock (another replica's lease ends a skew margin later here).
+		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: due})
 		return
 	}
 	next, err := kvstore.LeaseExpired(e.Task, nowMs)
@@ -97,15 +101,8 @@ func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvsto
 		}
 		return
 	}
+	b.outage.ok()
 	if next.Status == kvstore.StatusDead {
 		b.dead(next)
-	}
-}
-
-// retire deletes a finished record once its retention has passed.
-func (b *Bridge) retire(ctx context.Context, j job) {
-	err := b.store.Delete(ctx, j.id, j.rev)
-	if err != nil && !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
-		b.retryLater(j, "delete", err)
 	}
 }

@@ -64,7 +64,7 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.IntVar(&o.maxRetry, "max-retry", kvstore.DefaultMaxRetry, "default retries after the first attempt (Ax-Max-Retry)")
 	fs.DurationVar(&o.ackWait, "ack-wait", kvstore.DefaultAckWait, "default time an attempt may run before it counts as failed (Ax-Ack-Wait)")
 	fs.StringVar(&o.backoff, "backoff", formatBackoff(kvstore.DefaultBackoff()), "default waits before retry 1, 2, ... (durations or ms, comma-separated); the last repeats (Ax-Backoff)")
-	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long finished records stay readable")
+	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long finished records stay readable (the server TTL of their final write)")
 	fs.DurationVar(&o.pastTolerance, "past-tolerance", time.Hour, "due times further in the past are rejected; closer ones fire at once")
 	fs.DurationVar(&o.maxHorizon, "max-horizon", 400*24*time.Hour, "due times further in the future are rejected")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on http://<addr>/metrics; empty disables")

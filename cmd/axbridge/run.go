@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg := bridge.Config{
 		Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: replica,
 		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
-		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon, Retention: o.retention,
+		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon,
 		Logger: log,
 	}
 	if err := cfg.Validate(); err != nil { // before anything starts

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// options are the bench's flags.
+type options struct {
+	sync       string // "always" or "default"
+	cluster    bool
+	intake     int
+	spread     int
+	burst      int
+	pending    int
+	lead       time.Duration
+	only       []string // scenarios to run, in table order
+	json       bool
+	natsServer string
+	logLevel   slog.Level
+}
+
+// scenarios in run and table order; --only also takes the aliases in scenarioAlias.
+var scenarios = []string{"intake", "spread", "burst", "pending"}
+
+var scenarioAlias = map[string]string{
+	"writes": "burst", "drain": "burst", "lateness": "spread",
+	"heap": "pending", "memory": "pending", "rss": "pending", "restart": "pending",
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	var only, logLevel string
+	fs.StringVar(&o.sync, "sync", "always", "nats-server sync_interval: always (fsync every write) or default")
+	fs.BoolVar(&o.cluster, "cluster", false, "a 3-node loopback cluster with R3 streams and bucket instead of one node")
+	fs.IntVar(&o.intake, "intake", 0, "schedules published in the intake row (default: --burst)")
+	fs.IntVar(&o.spread, "spread", 2000, "tasks spread over 0.5–4 s in the lateness rows")
+	fs.IntVar(&o.burst, "burst", 50000, "tasks due at one instant in the burst and writes rows")
+	fs.IntVar(&o.pending, "pending", 1000000, "far-future tasks pending in the memory and restart rows")
+	fs.DurationVar(&o.lead, "lead", 0, "time from the start of publishing a burst to its due instant (default: from the intake row's rate)")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), pending (heap, memory, rss, restart); default all")
+	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
+	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary to run (default: build the module's nats-server into a temp dir)")
+	fs.StringVar(&logLevel, "log-level", "error", "level of the bridge's own logs on stderr: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.sync != "always" && o.sync != "default" {
+		errs = append(errs, fmt.Errorf("--sync %q: want always or default", o.sync))
+	}
+	o.intake = cmpOr(o.intake, o.burst)
+	for name, v := range map[string]int{"--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending} {
+		if v < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: want at least 1", name, v))
+		}
+	}
+	if o.lead < 0 {
+		errs = append(errs, fmt.Errorf("--lead %v: want a positive duration", o.lead))
+	}
+	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
+	}
+	picked := map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if a, ok := scenarioAlias[s]; ok {
+			s = a
+		}
+		if !slices.Contains(scenarios, s) {
+			errs = append(errs, fmt.Errorf("--only %q: want some of intake, spread, burst, writes, pending, heap, restart", s))
+			continue
+		}
+		picked[s] = true
+	}
+	for _, s := range scenarios {
+		if len(picked) == 0 || picked[s] {
+			o.only = append(o.only, s)
+		}
+	}
+	return o, errors.Join(errs...)
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// Main runs `axbridge bench` with args (without the subcommand name) and returns the exit
+// status: 0 when every scenario ran with 0 lost and 0 early, 1 otherwise, 2 for bad flags.
+// It stops early, tearing every server down, when ctx ends (e.g. on Ctrl-C).
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "axbridge bench: %v\n", err)
+		return 2
+	}
+	rep, err := run(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "axbridge bench: %v\n", err)
+		return 1
+	}
+	if o.json {
+		if err := rep.writeJSON(stdout); err != nil {
+			fmt.Fprintf(stderr, "axbridge bench: %v\n", err)
+			return 1
+		}
+	} else {
+		rep.writeTable(stdout)
+	}
+	if !rep.OK {
+		return 1
+	}
+	return 0
+}
+
+// run runs the chosen scenarios, native side then bridge side each, on fresh servers.
+func run(ctx context.Context, o options, stderr io.Writer) (Report, error) {
+	tmp, err := os.MkdirTemp("", "axbench-")
+	if err != nil {
+		return Report{}, err
+	}
+	defer os.RemoveAll(tmp)
+	p := newProgress(stderr)
+	bin := o.natsServer
+	if bin == "" {
+		p.say("building nats-server")
+		if bin, err = buildServer(ctx, tmp); err != nil {
+			return Report{}, err
+		}
+	}
+	nodes := 1
+	if o.cluster {
+		nodes = 3
+	}
+	r := &runner{o: o, p: p, bin: bin, tmp: tmp, nodes: nodes,
+		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))}
+	res := map[string]map[string]*result{}
+	for _, sc := range o.only {
+		res[sc] = map[string]*result{}
+		for _, side := range []string{"native", "bridge"} {
+			if ctx.Err() != nil {
+				return Report{}, context.Cause(ctx)
+			}
+			p.setSide(sc + "/" + side)
+			p.say("start")
+			x := r.scenario(ctx, sc, side)
+			if x.err != nil {
+				p.say("failed: %v", x.err)
+			} else {
+				p.say("done: lost %d, early %d", x.lost, x.early)
+			}
+			res[sc][side] = x
+		}
+	}
+	if ctx.Err() != nil {
+		return Report{}, context.Cause(ctx)
+	}
+	settings := map[string]any{
+		"sync": o.sync, "nodes": nodes, "burst": o.burst, "spread": o.spread, "intake": o.intake,
+		"pending": o.pending, "nats_server": serverVersion(bin), "go": runtime.Version(),
+		"cpus": runtime.NumCPU(), "date": time.Now().UTC().Format(time.RFC3339),
+	}
+	return buildReport(settings, o.only, res), nil
+}

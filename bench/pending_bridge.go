@@ -1,0 +1,96 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/axbridge/axbridge/bridge"
+)
+
+// heapAlloc is the heap in use after two collections.
+func heapAlloc() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+func (r *runner) bridgePending(ctx context.Context, srv *serverSet, x *result) error {
+	h0 := heapAlloc()
+	s, err := r.openBridge(ctx, srv)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := r.ready(ctx, s, time.Minute); err != nil {
+		return err
+	}
+	total := r.o.pending
+	farFires := newFires()
+	if err := s.consume("far", farFires, nil, nil, nil); err != nil {
+		return err
+	}
+	rss0, rssErr := srv.rss()
+	start := time.Now()
+	if err := publishAll(ctx, r.p, "publish", s.nc, total, func(i int) *nats.Msg {
+		return bridgeSchedule("far", i, func(h nats.Header) { h.Set(bridge.HeaderDelay, strconv.Itoa(3600_000+i)) })
+	}); err != nil {
+		return err
+	}
+	if err := r.waitStored(ctx, s, 30*time.Minute); err != nil {
+		return err
+	}
+	x.vals["pending_intake"] = float64(total) / time.Since(start).Seconds()
+	if rss1, err := srv.rss(); err == nil && rssErr == nil {
+		x.vals["server_rss"] = float64(rss1-rss0) / float64(total)
+	}
+	if _, ok := gaugeValue(s.reg, "ax_tasks_indexed"); ok {
+		reg := s.reg
+		var idx atomic.Int64
+		if err := r.waitFor(ctx, "indexed", 10*time.Minute, func() bool {
+			v, _ := gaugeValue(reg, "ax_tasks_indexed")
+			idx.Store(int64(v))
+			return v >= float64(total)
+		}, func() string { return fmt.Sprintf("%d/%d indexed", idx.Load(), total) }); err != nil {
+			return err
+		}
+		x.vals["heap_steady"] = float64(heapAlloc()-h0) / float64(total)
+	} else {
+		x.notes = append(x.notes, "no ax_tasks_indexed gauge: steady heap not measured")
+	}
+
+	r.p.say("restart the bridge with %d tasks pending", total)
+	s.stopBridge()
+	newFire := newFires()
+	if err := s.consume("new", newFire, nil, nil, nil); err != nil {
+		return err
+	}
+	if _, err := s.js.PublishMsg(ctx, bridgeSchedule("new", 0, func(h nats.Header) { h.Set(bridge.HeaderDelay, "0") })); err != nil {
+		return fmt.Errorf("schedule before restart: %w", err)
+	}
+	t0 := time.Now()
+	if err := r.startBridge(ctx, s); err != nil {
+		return err
+	}
+	if err := r.ready(ctx, s, 10*time.Minute); err != nil {
+		return err
+	}
+	x.vals["restart_ready"] = time.Since(t0).Seconds()
+	err = r.waitFor(ctx, "first fire", time.Minute, func() bool { return newFire.distinct() >= 1 }, func() string { return "waiting" })
+	x.lost, x.early = newFire.check(1)
+	s.account(x)
+	x.early += farFires.distinct()
+	if err != nil {
+		return err
+	}
+	x.vals["restart_fire"] = newFire.lastAt().Sub(t0).Seconds()
+	x.vals["heap_restart"] = float64(heapAlloc()-h0) / float64(total)
+	return nil
+}

@@ -1,0 +1,95 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// Pauses between attempts to start the task watch again: the first is short (a leader change is
+// over in a moment), then each doubles up to the longest.
+const (
+	rewatchFirstPause = 50 * time.Millisecond
+	rewatchMaxPause   = 5 * time.Second
+)
+
+// rewatch starts the task watch again after it ended and hands the running watch to the loop on
+// out; it runs on its own goroutine, so the loop goes on firing from its index meanwhile. Each
+// attempt is bounded by Config.WatchTimeout. The first failure is logged as a Warn, later ones of
+// the same outage at Debug; the loop logs the recovery.
+func (b *Bridge) rewatch(ctx context.Context, out chan<- kvstore.Watcher) {
+	pause := rewatchFirstPause
+	for attempt := 1; ; attempt++ {
+		w, err := b.startWatch(ctx)
+		if err == nil {
+			select {
+			case out <- w:
+			case <-ctx.Done():
+				_ = w.Stop()
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if attempt == 1 {
+			b.log.Warn("start task watch; trying again", "err", err)
+		} else {
+			b.log.Debug("start task watch; trying again", "attempt", attempt, "err", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, rewatchMaxPause)
+	}
+}
+
+// startWatch starts a watch of every partition that lives until ctx ends or it is stopped, giving
+// up after Config.WatchTimeout: the attempt's context is then cancelled, and a watch that starts
+// anyway is stopped at once.
+func (b *Bridge) startWatch(ctx context.Context) (kvstore.Watcher, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	type started struct {
+		w   kvstore.Watcher
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		w, err := b.store.Watch(wctx)
+		ch <- started{w, err}
+	}()
+	t := time.NewTimer(b.cfg.WatchTimeout)
+	defer t.Stop()
+	select {
+	case s := <-ch:
+		if s.err != nil {
+			cancel()
+			return nil, s.err
+		}
+		return &ownedWatch{Watcher: s.w, cancel: cancel}, nil
+	case <-t.C:
+		cancel()
+		if s := <-ch; s.w != nil { // the store returns once its context is cancelled
+			_ = s.w.Stop()
+		}
+		return nil, fmt.Errorf("watch tasks: no answer within %v", b.cfg.WatchTimeout)
+	}
+}
+
+// ownedWatch is a watch with the context that bounds its life, cancelled by Stop.
+type ownedWatch struct {
+	kvstore.Watcher
+	cancel context.CancelFunc
+}
+
+func (w *ownedWatch) Stop() error {
+	err := w.Watcher.Stop()
+	w.cancel()
+	return err
+}

@@ -1,0 +1,56 @@
+package bridge
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// loopMetrics are the scheduling loop's series: what is overdue, how the task watch is doing,
+// what the reconciler had to repair, and the loop's bounded queues.
+type loopMetrics struct {
+	overdue       prometheus.Gauge
+	oldestOverdue prometheus.Gauge
+	watchRestarts prometheus.Counter
+	watchUp       prometheus.Gauge
+	repairs       *prometheus.CounterVec
+	clockSteps    *prometheus.CounterVec
+	queued        prometheus.Gauge
+	preRead       prometheus.Gauge
+	preReadBytes  prometheus.Gauge
+
+	// observe, when set (by tests in this package), sees the loop's bounded state after every turn.
+	observe func(loopStats)
+}
+
+// loopStats is the loop's state after one turn, for observe.
+type loopStats struct {
+	queued       int // jobs taken from the index that no worker has taken yet
+	preRead      int // records held with their payload
+	preReadBytes int
+	indexed      int
+}
+
+func newLoopMetrics() *loopMetrics {
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: name, Help: help})
+	}
+	return &loopMetrics{
+		overdue: gauge("tasks_overdue",
+			"WAITING tasks this replica indexes whose due time has passed and that no worker has claimed yet."),
+		oldestOverdue: gauge("oldest_overdue_seconds",
+			"How long the most overdue WAITING task of this replica has been due (0 when none is)."),
+		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "watch_restarts_total",
+			Help: "Times the task watch ended and was started again."}),
+		watchUp: gauge("watch_up", "1 while the task watch runs, 0 while it is being started again."),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "reconcile_repairs_total",
+			Help: "Tasks the reconciler found missing from the index or indexed too late, by record status " +
+				"(waiting, running). Anything above zero is a bug to chase."}, []string{"kind"}),
+		clockSteps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ax", Name: "clock_steps_total",
+			Help: "Steps of the wall clock against the monotonic clock, by direction (forward, backward)."}, []string{"direction"}),
+		queued:       gauge("loop_queued_jobs", "Due steps taken from the index and waiting for a worker (bounded)."),
+		preRead:      gauge("preread_tasks", "Records held in memory with their payload ahead of their due time (bounded)."),
+		preReadBytes: gauge("preread_bytes", "Payload and header bytes of the records held ahead of their due time (bounded)."),
+	}
+}
+
+func (m *loopMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.overdue, m.oldestOverdue, m.watchRestarts, m.watchUp, m.repairs, m.clockSteps,
+		m.queued, m.preRead, m.preReadBytes}
+}
