@@ -74,7 +74,7 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       intakeAckWait,
 			MaxAckPending: intakeMaxAckPending,
-			MaxDeliver:    b.cfg.IntakeMaxDeliver,
+			MaxDeliver:    b.cfg.IntakeMaxDeliver + intakeDeliverSpare,
 			FilterSubject: SchedulePrefix + ">",
 		})
 		if errors.Is(err, jetstream.ErrConsumerExists) { // another replica was first
@@ -89,6 +89,12 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	return cons, nil
 }
+
+// intakeDeliverSpare is how many deliveries the intake consumer allows past the bridge's own
+// last one (Config.IntakeMaxDeliver), where the bridge settles every message it cannot store: a
+// bridge that dies during that delivery leaves the message to the next one, not stranded in the
+// stream with no delivery left.
+const intakeDeliverSpare = 2
 
 // checkStream refuses an existing intake stream that could lose schedule messages before a bridge
 // has stored them, and warns about settings that cost space without losing anything.
@@ -129,10 +135,11 @@ func (b *Bridge) checkConsumer(cc jetstream.ConsumerConfig) error {
 		b.log.Warn("intake consumer filters out some schedule subjects; those messages are never stored",
 			"consumer", b.cfg.Consumer, "filters", filters)
 	}
-	if cc.MaxDeliver <= 0 || cc.MaxDeliver > b.cfg.IntakeMaxDeliver {
+	want := b.cfg.IntakeMaxDeliver + intakeDeliverSpare
+	if cc.MaxDeliver <= 0 || cc.MaxDeliver > want {
 		b.log.Warn("intake consumer has a larger max deliver than the bridge's; the bridge refuses a message after its own",
 			"consumer", b.cfg.Consumer, "max_deliver", cc.MaxDeliver, "bridge_max_deliver", b.cfg.IntakeMaxDeliver)
-	} else if cc.MaxDeliver < b.cfg.IntakeMaxDeliver {
+	} else if cc.MaxDeliver < want {
 		b.log.Warn("intake consumer has a smaller max deliver than the bridge's; the bridge refuses a message at the consumer's",
 			"consumer", b.cfg.Consumer, "max_deliver", cc.MaxDeliver, "bridge_max_deliver", b.cfg.IntakeMaxDeliver)
 	}
@@ -142,7 +149,7 @@ func (b *Bridge) checkConsumer(cc jetstream.ConsumerConfig) error {
 	}
 	maxDeliver := b.cfg.IntakeMaxDeliver
 	if cc.MaxDeliver > 0 {
-		maxDeliver = min(maxDeliver, cc.MaxDeliver)
+		maxDeliver = min(maxDeliver, max(cc.MaxDeliver-intakeDeliverSpare, 1))
 	}
 	b.maxDeliver.Store(int64(maxDeliver))
 	return nil

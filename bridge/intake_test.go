@@ -353,3 +353,28 @@ func TestIntakeUnknownOutcomeThenDuplicate(t *testing.T) {
 		t.Errorf("event on %s %v, want a duplicate of order-9", ev.Subject, ev.Header)
 	}
 }
+
+// The intake consumer the bridge creates allows deliveries past the bridge's own last one, where
+// the bridge settles a message it cannot store: a bridge that dies during that delivery leaves the
+// message to another delivery, not stranded in the stream.
+func TestIntakeConsumerLeavesSpareDeliveries(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc := natstest.Connect(t, srv.ClientURL())
+	b, err := New(nc, kvstore.NewMemStore(0), Config{IntakeMaxDeliver: 5, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := b.ensureIntake(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.CachedInfo().Config.MaxDeliver; got != 5+intakeDeliverSpare {
+		t.Errorf("consumer max deliver %d, want %d", got, 5+intakeDeliverSpare)
+	}
+	if got := b.maxDeliver.Load(); got != 5 {
+		t.Errorf("the bridge settles at delivery %d, want 5", got)
+	}
+}
