@@ -74,21 +74,23 @@ type flight struct {
 
 // loopState is owned by the loop goroutine alone.
 type loopState struct {
-	b         *Bridge
-	now       reading // the latest reading of the clocks
-	idx       *slots
-	near      map[string]*kvstore.Entry // records with payload, due within PreRead (bounded)
-	nearBytes int
-	fires     []job // fire jobs no worker has taken yet, in deadline order (at most maxQueued)
-	house     []job // lease and pre-read jobs, after every fire (at most maxQueued)
-	reads     []string
-	flight    map[string]flight // steps taken from the index whose record has not changed since
-	retrying  map[string]int64  // fires put back after a failed store call: id → when the task was due
-	unsure    map[string]uint64 // claims whose outcome was unknown: id → the claim's token
-	behind    map[string]int    // steps whose read lagged the indexed revision: id → tries so far
-	clock     stepDetector
-	lastStats time.Time // monotonic: when the overdue gauges were last computed
-	lastPrune time.Time
+	b          *Bridge
+	now        reading // the latest reading of the clocks
+	idx        *slots
+	near       map[string]*kvstore.Entry // records with payload, due within PreRead (bounded)
+	nearBytes  int
+	fires      []job // fire jobs no worker has taken yet, in deadline order (at most maxQueued)
+	house      []job // lease and pre-read jobs, after every fire (at most maxQueued)
+	reads      []string
+	flight     map[string]flight // steps taken from the index whose record has not changed since
+	retrying   map[string]int64  // fires put back after a failed store call: id → when the task was due
+	unsure     map[string]uint64 // claims whose outcome was unknown: id → the claim's token
+	behind     map[string]int    // steps whose read lagged the indexed revision: id → tries so far
+	clock      stepDetector
+	fromHouse  bool      // the job nextJob returned is the head of house, not of fires
+	firesInRow int       // fires handed out since the last housekeeping job
+	lastStats  time.Time // monotonic: when the overdue gauges were last computed
+	lastPrune  time.Time
 }
 
 // loop is the scheduling loop: it owns the index, the pre-read cache and one timer armed to the
@@ -218,14 +220,19 @@ func tryRecv(ch <-chan kvstore.Event) (kvstore.Event, bool) {
 	}
 }
 
-// nextJob is the job to hand out next (fires first), with the channel to send it on; a nil
-// channel when there is none.
+// houseEvery is how many fires go out before a waiting lease end or pre-read: fires come first,
+// but a backlog of overdue fires must not hold back lease expiries for good.
+const houseEvery = 8
+
+// nextJob is the job to hand out next (fires first, a housekeeping job after every houseEvery
+// fires), with the channel to send it on; a nil channel when there is none.
 func (l *loopState) nextJob() (chan<- job, job) {
+	l.fromHouse = len(l.house) > 0 && (len(l.fires) == 0 || l.firesInRow >= houseEvery)
 	switch {
+	case l.fromHouse:
+		return l.b.jobs, l.house[0]
 	case len(l.fires) > 0:
 		return l.b.jobs, l.fires[0]
-	case len(l.house) > 0:
-		return l.b.jobs, l.house[0]
 	}
 	return nil, job{}
 }
@@ -235,9 +242,10 @@ func (l *loopState) sent(j job) {
 	if f, ok := l.flight[j.id]; ok && j.kind != jobPreRead && f.rev == j.rev {
 		l.flight[j.id] = flight{rev: j.rev, at: l.now.mono, due: f.due}
 	}
-	q := &l.house
-	if len(l.fires) > 0 {
-		q = &l.fires
+	q := &l.fires
+	l.firesInRow++
+	if l.fromHouse {
+		q, l.firesInRow = &l.house, 0
 	}
 	(*q)[0] = job{}
 	*q = (*q)[1:]
