@@ -24,6 +24,10 @@ type options struct {
 	pastTolerance, maxHorizon           time.Duration
 	backoff                             string
 
+	leaseSkew, reconcileInterval, markerTTL time.Duration
+	intakeMaxDeliver                        int
+	preReadTasks, preReadBytes              int
+
 	metricsAddr         string
 	logFormat, logLevel string
 	stopTimeout         time.Duration
@@ -67,6 +71,12 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long finished records stay readable (the server TTL of their final write)")
 	fs.DurationVar(&o.pastTolerance, "past-tolerance", time.Hour, "due times further in the past are rejected; closer ones fire at once")
 	fs.DurationVar(&o.maxHorizon, "max-horizon", 400*24*time.Hour, "due times further in the future are rejected")
+	fs.DurationVar(&o.leaseSkew, "lease-skew", time.Second, "another replica expires an attempt's lease this long after its end, for clock skew between bridges")
+	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", time.Minute, "how often the bucket is compared with the index, to fire or repair what it missed")
+	fs.DurationVar(&o.markerTTL, "marker-ttl", kvstore.DefaultMarkerTTL, "how long the delete marker of a retired record stays (set when the bucket is created or gains TTLs)")
+	fs.IntVar(&o.intakeMaxDeliver, "intake-max-deliver", 20, "deliveries of a schedule message while the store keeps failing, before it is refused with STORE_UNAVAILABLE")
+	fs.IntVar(&o.preReadTasks, "preread-max-tasks", 100_000, "at most this many due-soon records are held with their payloads (more are read when they fire)")
+	fs.IntVar(&o.preReadBytes, "preread-max-bytes", 64<<20, "at most this many bytes of due-soon records are held in memory")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on http://<addr>/metrics; empty disables")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (colour on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: replica,
 		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
 		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon,
+		LeaseSkew: o.leaseSkew, ReconcileInterval: o.reconcileInterval, IntakeMaxDeliver: o.intakeMaxDeliver,
+		MaxPreReadTasks: o.preReadTasks, MaxPreReadBytes: o.preReadBytes,
 		Logger: log,
 	}
 	if err := cfg.Validate(); err != nil { // before anything starts
@@ -86,7 +88,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas, Retention: o.retention})
+	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL})
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", o.bucket, err)
 	}
