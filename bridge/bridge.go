@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,28 +39,58 @@ type Bridge struct {
 	m     *metrics
 	fired *inflight // records this replica claimed, for a read-free ack
 
-	mu       sync.Mutex
-	state    int // 0 new, 1 started, 2 stopped
-	stopped  chan struct{}
-	stopLoop context.CancelFunc // ends the scheduling loop (and with it the workers' job supply)
-	stopWork context.CancelFunc // ends the workers' store calls; last thing Stop does
-	consume  jetstream.ConsumeContext
-	ackSub   *nats.Subscription // queue group on ax.ack.>: any replica applies an ack
-	nrSub    *nats.Subscription // plain sub on this replica's ack subjects: receives no-responders
-	api      micro.Service      // the task API: get, cancel, requeue
+	// mu guards the lifecycle state; it is never held across a network call.
+	mu          sync.Mutex
+	state       lifecycle
+	cancelStart context.CancelFunc // ends a Start in progress (Stop during Start)
+	startErr    error              // why Start failed; read after startDone
+	startDone   chan struct{}      // closed when Start has returned or failed
+	stopped     chan struct{}      // closed when everything Start began has ended
 
-	jobs      chan job       // loop → workers
-	results   chan result    // workers → loop
-	acks      chan ackReq    // ack subscriptions → ack workers
-	intake    sync.WaitGroup // schedule messages between delivery and their store outcome
-	workers   sync.WaitGroup // workers and ack workers
-	pipelined sync.WaitGroup // pipelined claims and acks between their write and its completion
-	loopEnd   chan struct{}  // closed when the loop returns
-	acksEnd   chan struct{}  // closed by Stop once no more acks can arrive on acks
-	ready     chan struct{}  // closed when the initial load of the bucket is indexed
+	// Set by Start before anything runs, read by Stop after startDone.
+	stopIntake context.CancelFunc // ends runIntake, which drains the intake consumer
+	stopLoop   context.CancelFunc // ends the scheduling loop (and with it the workers' job supply)
+	stopWork   context.CancelFunc // ends the workers' store calls; last thing Stop does
+	watcher    kvstore.Watcher    // the loop's watch, until the loop runs
+	ackSub     *nats.Subscription // queue group on ax.ack.>: any replica applies an ack
+	nrSub      *nats.Subscription // plain sub on this replica's ack subjects: receives no-responders
+	advSub     *nats.Subscription // the intake consumer's max-deliveries advisories
+	api        micro.Service      // the task API: get, cancel, requeue
+	loopRuns   bool               // the loop goroutine was started (loopEnd will close)
+	intakeRuns bool               // runIntake was started (intakeEnd will close)
+
+	jobs        chan job       // loop → workers
+	results     chan result    // workers → loop
+	acks        chan ackReq    // ack subscriptions → ack workers
+	intakeErrs  chan error     // consumer error handler → runIntake: check the consumer still exists
+	intake      sync.WaitGroup // schedule messages between delivery and their store outcome
+	workers     sync.WaitGroup // workers and ack workers
+	fireWorkers sync.WaitGroup // workers alone: once they are done, no claim starts
+	claims      sync.WaitGroup // pipelined claims between their write and its completion (and fire)
+	pipelined   sync.WaitGroup // pipelined acks between their write and its completion
+	loopEnd     chan struct{}  // closed when the loop returns
+	intakeEnd   chan struct{}  // closed when runIntake returns
+	acksEnd     chan struct{}  // closed by Stop once no more acks can arrive on acks
+	ready       chan struct{}  // closed when the initial load of the bucket is indexed
+
+	intakeMu     sync.Mutex // guards intakeClosed against intake.Add
+	intakeClosed bool       // Stop no longer waits for new schedule messages
+	maxDeliver   atomic.Int64
+	intakeOutage storeOutage
 
 	outage *outageLog // store failures of task steps, logged once per change of state
 }
+
+// lifecycle is a Bridge's state: new → starting → running → stopping → stopped.
+type lifecycle uint8
+
+const (
+	stateNew lifecycle = iota
+	stateStarting
+	stateRunning
+	stateStopping
+	stateStopped
+)
 
 // New checks cfg and returns a bridge that uses nc for NATS and store for task records.
 func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
@@ -73,19 +105,24 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	return &Bridge{
+	b := &Bridge{
 		cfg: cfg, nc: nc, js: js, store: store, log: cfg.Logger,
-		m:       newMetrics(cfg.Registerer),
-		fired:   newInflight(),
-		outage:  newOutageLog(cfg.Logger),
-		stopped: make(chan struct{}),
-		jobs:    make(chan job),
-		results: make(chan result, 1024),
-		acks:    make(chan ackReq, 4096),
-		loopEnd: make(chan struct{}),
-		acksEnd: make(chan struct{}),
-		ready:   make(chan struct{}),
-	}, nil
+		m:          newMetrics(cfg.Registerer),
+		fired:      newInflight(),
+		outage:     newOutageLog(cfg.Logger),
+		startDone:  make(chan struct{}),
+		stopped:    make(chan struct{}),
+		jobs:       make(chan job),
+		results:    make(chan result, 1024),
+		acks:       make(chan ackReq, 4096),
+		intakeErrs: make(chan error, 1),
+		loopEnd:    make(chan struct{}),
+		intakeEnd:  make(chan struct{}),
+		acksEnd:    make(chan struct{}),
+		ready:      make(chan struct{}),
+	}
+	b.maxDeliver.Store(int64(cfg.IntakeMaxDeliver))
+	return b, nil
 }
 
 // ReplicaID names this replica in ack subjects and task records.
@@ -96,115 +133,235 @@ func (b *Bridge) Ready() <-chan struct{} { return b.ready }
 
 // Start makes sure the intake stream and consumer exist, subscribes to acks, starts watching the
 // bucket and begins taking schedule messages. It returns once all of that is set up; the work goes
-// on in the background until Stop. Calling Start twice is an error.
+// on in the background until Stop. Every network call is bounded by ctx, or by 10s when ctx has no
+// deadline, and a Stop during Start ends it. Calling Start twice is an error; after a failed Start
+// the bridge is stopped.
 func (b *Bridge) Start(ctx context.Context) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.state != 0 {
+	if b.state != stateNew {
+		b.mu.Unlock()
 		return errors.New("bridge: already started")
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b.state, b.cancelStart = stateStarting, cancel
+	b.mu.Unlock()
+
+	err := b.start(ctx)
+
+	b.mu.Lock()
+	b.startErr = err
+	if err == nil && b.state == stateStarting {
+		b.state = stateRunning
+	}
+	close(b.startDone)
+	b.mu.Unlock()
+	if err != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = b.shutdown(sctx)
+		scancel()
+		b.mu.Lock()
+		b.state = stateStopped
+		b.mu.Unlock()
+		close(b.stopped)
+		return err
+	}
+	b.log.Info("bridge started", "replica", b.cfg.ReplicaID, "stream", b.cfg.Stream, "consumer", b.cfg.Consumer)
+	return nil
+}
+
+// start does Start's work; whatever it began, shutdown ends.
+func (b *Bridge) start(ctx context.Context) error {
 	cons, err := b.ensureIntake(ctx)
 	if err != nil {
 		return err
 	}
 	loopCtx, stopLoop := context.WithCancel(context.Background())
-	w, err := b.store.Watch(loopCtx)
-	if err != nil {
-		stopLoop()
+	workCtx, stopWork := context.WithCancel(context.Background())
+	b.stopLoop, b.stopWork = stopLoop, stopWork
+	if b.watcher, err = b.watch(ctx, loopCtx); err != nil {
 		return fmt.Errorf("bridge: watch tasks: %w", err)
 	}
 	if err := b.subscribeAcks(); err != nil {
-		stopLoop()
-		_ = w.Stop()
 		return fmt.Errorf("bridge: subscribe to acks: %w", err)
 	}
-	workCtx, stopWork := context.WithCancel(context.Background())
-	b.stopLoop, b.stopWork = stopLoop, stopWork
-	b.state = 1
 
+	w := b.watcher
+	b.watcher, b.loopRuns = nil, true
 	go b.loop(loopCtx, w)
 	for range b.cfg.Workers {
 		b.workers.Add(1)
-		go b.worker(workCtx)
+		b.fireWorkers.Add(1)
+		go func() {
+			defer b.fireWorkers.Done()
+			b.worker(workCtx)
+		}()
 	}
 	for range b.cfg.AckWorkers {
 		b.workers.Add(1)
 		go b.ackWorker(workCtx)
 	}
 	if b.api, err = b.startAPI(workCtx); err != nil {
-		b.mu.Unlock()
-		_ = b.Stop(ctx)
-		b.mu.Lock()
 		return fmt.Errorf("bridge: task API: %w", err)
 	}
-	b.consume, err = cons.Consume(b.onSchedule, jetstream.PullMaxMessages(2000),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			b.log.Debug("intake consumer", "err", err)
-		}))
-	if err != nil {
-		b.mu.Unlock()
-		_ = b.Stop(ctx)
-		b.mu.Lock()
-		return fmt.Errorf("bridge: consume %s: %w", b.cfg.Stream, err)
+	if b.advSub, err = b.watchMaxDeliveries(); err != nil {
+		return fmt.Errorf("bridge: subscribe to intake advisories: %w", err)
 	}
-	b.log.Info("bridge started", "replica", b.cfg.ReplicaID, "stream", b.cfg.Stream, "consumer", b.cfg.Consumer)
+	if err := ctx.Err(); err != nil { // a Stop came while the steps above ran
+		return fmt.Errorf("bridge: start: %w", err)
+	}
+	intakeCtx, stopIntake := context.WithCancel(context.Background())
+	b.stopIntake, b.intakeRuns = stopIntake, true
+	cc, err := b.consume(cons)
+	if err != nil {
+		b.log.Warn("intake: consume failed; retrying", "stream", b.cfg.Stream, "err", err)
+		cons = nil
+	}
+	go b.runIntakeFrom(intakeCtx, cons, cc)
 	return nil
 }
 
+// watch starts the loop's watch (which lives as long as loopCtx), waiting at most as long as ctx
+// allows, or 10s when ctx has no deadline. If ctx ends first, a Watch call that returns later is
+// stopped as soon as it does (the caller then cancels loopCtx, which ends it).
+func (b *Bridge) watch(ctx, loopCtx context.Context) (kvstore.Watcher, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	type watched struct {
+		w   kvstore.Watcher
+		err error
+	}
+	ch := make(chan watched, 1)
+	go func() {
+		w, err := b.store.Watch(loopCtx)
+		ch <- watched{w, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.w, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.w != nil {
+				_ = r.w.Stop()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
 // Stop stops taking schedule messages, waits for those in flight to be stored, stops the
-// scheduling loop, applies the acks already received and waits for in-flight claims and fires, all
-// bounded by ctx. Tasks not yet fired stay in the store for the next replica or restart.
-// Stop is idempotent.
+// scheduling loop, waits for in-flight claims (so their fires go out while acks are still taken),
+// then stops taking acks, applies those received, and stops the workers, all bounded by ctx.
+// Tasks not yet fired stay in the store for the next replica or restart. A Stop during Start ends
+// the Start. Stop is idempotent.
 func (b *Bridge) Stop(ctx context.Context) error {
 	b.mu.Lock()
 	switch b.state {
-	case 0:
-		b.state = 2
+	case stateNew:
+		b.state = stateStopped
+		close(b.startDone)
 		close(b.stopped)
-		fallthrough
-	case 2:
 		b.mu.Unlock()
-		<-b.stopped
 		return nil
+	case stateStarting:
+		b.state = stateStopping
+		b.cancelStart()
+	case stateRunning:
+		b.state = stateStopping
+	default:
+		b.mu.Unlock()
+		select {
+		case <-b.stopped:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("bridge stop: %w", ctx.Err())
+		}
 	}
-	b.state = 2
 	b.mu.Unlock()
-	defer close(b.stopped)
-	defer b.stopWork()
 
+	select {
+	case <-b.startDone:
+	case <-ctx.Done():
+		return fmt.Errorf("bridge stop: start still ending: %w", ctx.Err())
+	}
+	if b.startErr != nil { // Start ends what it began itself
+		select {
+		case <-b.stopped:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("bridge stop: %w", ctx.Err())
+		}
+	}
+	err := b.shutdown(ctx)
+	b.mu.Lock()
+	b.state = stateStopped
+	b.mu.Unlock()
+	close(b.stopped)
+	b.log.Info("bridge stopped", "replica", b.cfg.ReplicaID)
+	return err
+}
+
+// shutdown ends whatever start began, in order, bounded by ctx.
+func (b *Bridge) shutdown(ctx context.Context) error {
 	var errs []error
 	if b.api != nil {
 		_ = b.api.Stop()
 	}
-	if b.consume != nil {
-		b.consume.Drain()
+	if b.advSub != nil {
+		_ = b.advSub.Unsubscribe()
+	}
+	if b.intakeRuns {
+		b.stopIntake()
 		select {
-		case <-b.consume.Closed():
+		case <-b.intakeEnd:
 		case <-ctx.Done():
-			b.consume.Stop()
+			errs = append(errs, errors.New("intake consumer still draining"))
 		}
 	}
+	b.closeIntake()
 	if !waitCtx(ctx, &b.intake) {
 		errs = append(errs, errors.New("schedule messages still being stored"))
 	}
 	// The loop closes the job channel as it returns; workers finish the jobs they hold.
-	b.stopLoop()
-	<-b.loopEnd
-	// Drain delivers the acks the server already sent, then closes the subscription.
-	closed := b.ackSub.StatusChanged(nats.SubscriptionClosed)
-	if err := b.ackSub.Drain(); err == nil {
+	if b.stopLoop != nil {
+		b.stopLoop()
+	}
+	if b.watcher != nil {
+		_ = b.watcher.Stop()
+	}
+	if b.loopRuns {
 		select {
-		case <-closed:
+		case <-b.loopEnd:
 		case <-ctx.Done():
-			_ = b.ackSub.Unsubscribe()
+			errs = append(errs, errors.New("scheduling loop still running"))
+		}
+	}
+	// Claims in flight publish their fires; replies to them must still find the ack subscriptions.
+	b.log.Debug("stop: waiting for claims in flight before taking no more acks")
+	if !waitCtx(ctx, &b.fireWorkers) || !waitCtx(ctx, &b.claims) {
+		errs = append(errs, errors.New("claims still in flight"))
+	}
+	// Drain delivers the acks the server already sent, then closes the subscriptions.
+	for _, sub := range []*nats.Subscription{b.ackSub, b.nrSub} {
+		if sub == nil {
+			continue
+		}
+		closed := sub.StatusChanged(nats.SubscriptionClosed)
+		if err := sub.Drain(); err == nil {
+			select {
+			case <-closed:
+			case <-ctx.Done():
+				_ = sub.Unsubscribe()
+			}
 		}
 	}
 	close(b.acksEnd)
 	if !waitCtx(ctx, &b.workers) || !waitCtx(ctx, &b.pipelined) {
-		errs = append(errs, errors.New("claims and acks still in flight"))
+		errs = append(errs, errors.New("acks still in flight"))
 	}
-	_ = b.nrSub.Unsubscribe()
-	b.log.Info("bridge stopped", "replica", b.cfg.ReplicaID)
+	if b.stopWork != nil {
+		b.stopWork()
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bridge stop: %w: %w", err, ctx.Err())
 	}

@@ -23,8 +23,15 @@ type Config struct {
 	Consumer string
 	// StreamReplicas is the intake stream's replica count (default 1; 3 on a cluster).
 	StreamReplicas int
-	// ReplicaID names this bridge process in ack subjects and task records (default: random).
+	// ReplicaID names this bridge process in ack subjects and task records. Replicas need
+	// distinct ids, and a restarted replica should keep its own so that it can settle the claims it
+	// had in flight (cmd/axbridge derives one from the host name). Default: random per process.
 	ReplicaID string
+	// IntakeMaxDeliver is how often a schedule message is delivered while the task store fails
+	// (default 20: with retries 1s, 2s, 4s, ... 30s apart, about 8 minutes of outage). The last
+	// delivery that still fails is refused with STORE_UNAVAILABLE, so that no message holds the
+	// intake consumer's ack-pending window for good. A new intake consumer gets it as MaxDeliver.
+	IntakeMaxDeliver int
 
 	// Task defaults, used when a schedule message does not say.
 	MaxAttempts int             // default 4 (Ax-Max-Retry 3); 1 means no retries
@@ -37,13 +44,10 @@ type Config struct {
 	// MaxHorizon: due times further in the future than this are rejected (default 400 days).
 	MaxHorizon time.Duration
 	// MaxPayload caps payload plus caller headers of one task (default 960 KiB, under NATS's
-	// default 1 MiB message limit with room for the record's metadata).
+	// default 1 MiB message limit with room for the record's metadata). The encoded record is
+	// checked as well, against the connection's max payload minus 4 KiB: what passes both is
+	// stored, what does not is refused with PAYLOAD_TOO_LARGE and never retried.
 	MaxPayload int
-	// Retention: how long finished records stay readable before deletion (default 24h).
-	Retention time.Duration
-	// PurgeInterval: how often delete markers of retired records are removed, once they are
-	// older than this (default 1h).
-	PurgeInterval time.Duration
 	// PreRead: tasks due within this window keep their payload in memory so that firing them
 	// needs no read (default 2s). Tasks further out are indexed without payload.
 	PreRead time.Duration
@@ -89,6 +93,7 @@ func (c Config) withDefaults() Config {
 	c.Stream = cmp.Or(c.Stream, "AX_SCHEDULE")
 	c.Consumer = cmp.Or(c.Consumer, "axbridge")
 	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
+	c.IntakeMaxDeliver = cmp.Or(c.IntakeMaxDeliver, 20)
 	if c.ReplicaID == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
@@ -102,9 +107,7 @@ func (c Config) withDefaults() Config {
 	c.PastTolerance = cmp.Or(c.PastTolerance, time.Hour)
 	c.MaxHorizon = cmp.Or(c.MaxHorizon, 400*24*time.Hour)
 	c.MaxPayload = cmp.Or(c.MaxPayload, 960<<10)
-	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
 	c.PreRead = cmp.Or(c.PreRead, 2*time.Second)
-	c.PurgeInterval = cmp.Or(c.PurgeInterval, time.Hour)
 	c.LeaseSkew = cmp.Or(c.LeaseSkew, time.Second)
 	c.MaxPreReadTasks = cmp.Or(c.MaxPreReadTasks, 100_000)
 	c.MaxPreReadBytes = cmp.Or(c.MaxPreReadBytes, 64<<20)
@@ -132,6 +135,9 @@ func (c Config) validate() error {
 	if !validBizType(c.ReplicaID) {
 		errs = append(errs, fmt.Errorf("replica id %q: want 1-64 characters of [A-Za-z0-9_-]", c.ReplicaID))
 	}
+	if c.IntakeMaxDeliver < 1 {
+		errs = append(errs, fmt.Errorf("intake max deliver %d: want at least 1", c.IntakeMaxDeliver))
+	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > maxMaxRetry+1 {
 		errs = append(errs, fmt.Errorf("max attempts %d (max retry %d): want max retry 0-%d", c.MaxAttempts, c.MaxAttempts-1, maxMaxRetry))
 	}
@@ -141,10 +147,7 @@ func (c Config) validate() error {
 	if err := checkBackoff(c.Backoff); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Retention < time.Second {
-		errs = append(errs, fmt.Errorf("retention %v: want at least 1s", c.Retention))
-	}
-	if c.PreRead < 0 || c.PurgeInterval <= 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
+	if c.PreRead < 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
 		errs = append(errs, errors.New("pre-read, workers, payload limit, tolerance and horizon must be positive"))
 	}
 	if c.LeaseSkew < 0 {

@@ -12,14 +12,25 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-// fire claims a due task by CAS and publishes it to ax.fire.<bizType>.
+// fire claims a due task by CAS and publishes it to ax.fire.<bizType>. A job marked unsure
+// follows a claim of revision j.rev whose outcome was unknown: if that claim landed (the record is
+// RUNNING under this replica with j.rev as its token), the attempt is published now, rather than
+// left unsent until its lease ends.
 func (b *Bridge) fire(ctx context.Context, j job) {
 	e, ok := b.load(ctx, j)
 	if !ok {
 		return
 	}
 	t := &e.Task
-	if t.Status != kvstore.StatusWaiting {
+	switch {
+	case j.unsure && t.Status == kvstore.StatusRunning && t.Owner == b.cfg.ReplicaID && t.Claim == j.rev:
+		b.log.Debug("claim landed after an unknown outcome", "task_id", t.ID, "attempt", t.Attempt)
+		b.publishFire(e)
+		return
+	case e.Revision < j.rev:
+		b.readBehind(j) // the read lags the revision the index has
+		return
+	case t.Status != kvstore.StatusWaiting:
 		return // the watch brings the record's real state to the loop
 	}
 	nowMs := b.cfg.Now().UnixMilli()
@@ -28,83 +39,37 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: t.DueAt})
 		return
 	}
-	b.claim(ctx, e, 0)
+	b.claim(ctx, e, j.unsure)
 }
 
-// errClaimNotLanded: claims of a WAITING record failed claimRounds times without landing.
-var errClaimNotLanded = errors.New("claim did not land")
-
-// claimRounds bounds how often claim tries again, on its own, a claim whose write did not land.
-const claimRounds = 3
-
 // claim writes the claim of e, a WAITING record, by CAS on its revision, which becomes the claim's
-// fencing token. The write is pipelined: the caller moves on, and the fire is published from the
-// write's completion. Stop waits for these through b.pipelined. round counts the claims of e
-// already tried.
-func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, round int) {
+// fencing token. The write is pipelined: the worker moves on, and the fire is published from the
+// write's completion. Stop waits for these through b.claims. A claim whose outcome is unknown (a
+// timeout, a closed connection) goes back to the loop as an unsure fire step of e's revision: the
+// next try reads the record back and publishes if the claim landed, claims again if it did not.
+// unsure says an earlier claim of this revision had an unknown outcome, so a conflict may be that
+// claim landing late, and is read back too.
+func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool) {
 	claimed, err := kvstore.Claim(e.Task, b.cfg.Now().UnixMilli(), b.cfg.ReplicaID, e.Revision)
 	if err != nil {
 		return
 	}
-	b.pipelined.Add(1)
+	b.claims.Add(1)
 	b.store.UpdateAsync(ctx, &claimed, e.Revision, func(rev uint64, err error) {
-		defer b.pipelined.Done()
+		defer b.claims.Done()
 		switch {
 		case err == nil:
 			b.publishFire(kvstore.Entry{Task: claimed, Revision: rev})
 			return
-		case errors.Is(err, kvstore.ErrConflict) && round > 0:
-			// The earlier claim of this revision, whose outcome was unknown, may have landed late
-			// (a publish held over a reconnect): read back, as for an unknown outcome.
+		case errors.Is(err, kvstore.ErrConflict) && unsure:
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
 			return // another replica or an API call got there first; the watch brings its write
 		default:
 			b.storeFailed(opClaim, e.Task.ID, err)
 		}
-		b.pipelined.Add(1)
-		go func() { // not on this goroutine: it completes other writes
-			defer b.pipelined.Done()
-			if b.fired.acquire(ctx) {
-				defer b.fired.release()
-				b.settleClaim(ctx, e, &claimed, round)
-			}
-		}()
+		b.report(result{id: e.Task.ID, rev: e.Revision, kind: jobFire, retry: true, unsure: true,
+			at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter)})
 	})
-}
-
-// settleClaim finds out, by reading the record back, what became of a claim whose write failed
-// without a definite answer (a timeout, a closed connection): it may have landed. RUNNING under
-// this replica with the token written: it landed, and this replica fires the attempt now rather
-// than let its lease run out unsent. Still the WAITING revision: it did not land; claim again. Any
-// other record: someone else moved the task, and the watch brings it. Reads are retried with a
-// bounded back-off until the claim's lease would have ended (then lease expiry takes over) or ctx
-// ends.
-func (b *Bridge) settleClaim(ctx context.Context, from kvstore.Entry, claimed *kvstore.Task, round int) {
-	var wait retryWait
-	for {
-		e, err := b.getBounded(ctx, from.Task.ID)
-		switch {
-		case errors.Is(err, kvstore.ErrNotFound):
-			return
-		case err != nil:
-			b.storeFailed(opClaimRead, from.Task.ID, err)
-			if b.cfg.Now().UnixMilli() >= claimed.LeaseUntil || !wait.next(ctx) {
-				return
-			}
-			continue
-		}
-		t := &e.Task
-		switch {
-		case t.Status == kvstore.StatusRunning && t.Owner == b.cfg.ReplicaID && t.Claim == claimed.Claim:
-			b.log.Debug("claim landed after an unknown outcome", "task_id", t.ID, "attempt", t.Attempt)
-			b.publishFire(e)
-		case e.Revision == from.Revision && round+1 < claimRounds:
-			b.claim(ctx, e, round+1)
-		case e.Revision == from.Revision:
-			b.retryLater(job{kind: jobFire, id: t.ID, rev: e.Revision}, "claim", errClaimNotLanded)
-		}
-		return
-	}
 }
 
 // publishFire sends a claimed attempt to ax.fire.<bizType>. If the publish fails, the lease runs

@@ -33,10 +33,17 @@ func newFaultEnv(t *testing.T) *faultEnv {
 // newFaultEnvWith is newFaultEnv with the bridge's store wrapped once more.
 func newFaultEnvWith(t *testing.T, wrap func(*faultstore.Store) bridge.Store) *faultEnv {
 	t.Helper()
+	return newFaultEnvCfg(t, wrap, bridge.Config{})
+}
+
+// newFaultEnvCfg is newFaultEnvWith with a bridge configuration (its Registerer is the env's).
+func newFaultEnvCfg(t *testing.T, wrap func(*faultstore.Store) bridge.Store, cfg bridge.Config) *faultEnv {
+	t.Helper()
 	srv := natstest.RunServer(t)
 	mem := kvstore.NewMemStore(4)
 	fe := &faultEnv{t: t, mem: mem, store: faultstore.New(mem), nc: natstest.Connect(t, srv.ClientURL()), reg: prometheus.NewRegistry()}
-	b, err := bridge.New(natstest.Connect(t, srv.ClientURL()), wrap(fe.store), bridge.Config{Registerer: fe.reg})
+	cfg.Registerer = fe.reg
+	b, err := bridge.New(natstest.Connect(t, srv.ClientURL()), wrap(fe.store), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,39 +15,161 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
+// Intake consumer settings the bridge creates the consumer with. An operator may tune an
+// existing consumer; the bridge then keeps the operator's values (checkConsumer warns).
+const (
+	intakeAckWait       = 30 * time.Second
+	intakeMaxAckPending = 20000
+	intakePullMax       = 2000
+)
+
+// Bounds of the delay before a schedule message whose store write failed comes back, doubling
+// with each delivery.
+const (
+	intakeRetryMin = time.Second
+	intakeRetryMax = 30 * time.Second
+)
+
+// opCreate is the create of a task record, in ax_store_errors_total{op}.
+const opCreate = "create"
+
+// recordReserve is the room kept under the connection's max payload for what the record's message
+// carries besides the record: the KV subject and the write's headers.
+const recordReserve = 4 << 10
+
 // ensureIntake makes sure the stream that captures ax.schedule.> and the shared durable consumer
-// exist, so that a plain publish is durable even while no bridge runs.
+// exist, so that a plain publish is durable even while no bridge runs. An existing stream that
+// could drop accepted schedules is refused; an existing consumer is used as the operator left it.
 func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	scfg := jetstream.StreamConfig{
-		Name:        b.cfg.Stream,
-		Description: "ax bridge intake: schedule messages wait here until a bridge has stored them as tasks",
-		Subjects:    []string{SchedulePrefix + ">"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.StreamReplicas,
-		Discard:     jetstream.DiscardNew,
-	}
-	if _, err := b.js.Stream(ctx, b.cfg.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := b.js.CreateStream(ctx, scfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	stream, err := b.js.Stream(ctx, b.cfg.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		_, err = b.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        b.cfg.Stream,
+			Description: "ax bridge intake: schedule messages wait here until a bridge has stored them as tasks",
+			Subjects:    []string{SchedulePrefix + ">"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    b.cfg.StreamReplicas,
+			Discard:     jetstream.DiscardNew,
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, fmt.Errorf("bridge: create stream %s: %w", b.cfg.Stream, err)
 		}
-	} else if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("bridge: look up stream %s: %w", b.cfg.Stream, err)
+	default:
+		if err := b.checkStream(stream.CachedInfo().Config); err != nil {
+			return nil, err
+		}
 	}
-	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       b.cfg.Consumer,
-		Description:   "ax bridge replicas share this consumer",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 20000,
-		FilterSubject: SchedulePrefix + ">",
-	})
+
+	cons, err := b.js.Consumer(ctx, b.cfg.Stream, b.cfg.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = b.js.CreateConsumer(ctx, b.cfg.Stream, jetstream.ConsumerConfig{
+			Durable:       b.cfg.Consumer,
+			Description:   "ax bridge replicas share this consumer",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       intakeAckWait,
+			MaxAckPending: intakeMaxAckPending,
+			MaxDeliver:    b.cfg.IntakeMaxDeliver + intakeDeliverSpare,
+			FilterSubject: SchedulePrefix + ">",
+		})
+		if errors.Is(err, jetstream.ErrConsumerExists) { // another replica was first
+			cons, err = b.js.Consumer(ctx, b.cfg.Stream, b.cfg.Consumer)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bridge: consumer %s on %s: %w", b.cfg.Consumer, b.cfg.Stream, err)
 	}
+	if err := b.checkConsumer(cons.CachedInfo().Config); err != nil {
+		return nil, err
+	}
 	return cons, nil
+}
+
+// intakeDeliverSpare is how many deliveries the intake consumer allows past the bridge's own
+// last one (Config.IntakeMaxDeliver), where the bridge settles every message it cannot store: a
+// bridge that dies during that delivery leaves the message to the next one, not stranded in the
+// stream with no delivery left.
+const intakeDeliverSpare = 2
+
+// checkStream refuses an existing intake stream that could lose schedule messages before a bridge
+// has stored them, and warns about settings that cost space without losing anything.
+func (b *Bridge) checkStream(sc jetstream.StreamConfig) error {
+	var errs []string
+	if !coversSchedule(sc.Subjects) {
+		errs = append(errs, fmt.Sprintf("its subjects %q do not capture %s>, so schedules published there are not kept", sc.Subjects, SchedulePrefix))
+	}
+	if sc.MaxAge > 0 {
+		errs = append(errs, fmt.Sprintf("max age %v would expire schedules that no bridge has stored yet", sc.MaxAge))
+	}
+	if sc.Discard == jetstream.DiscardOld && (sc.MaxMsgs > 0 || sc.MaxBytes > 0 || sc.MaxMsgsPerSubject > 0) {
+		errs = append(errs, "its limits (max msgs, max bytes or max msgs per subject) discard old messages, which drops accepted schedules; use discard new")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("bridge: stream %s could drop accepted schedules: %s (fix it with `nats stream edit %s`, or name another --stream)",
+			b.cfg.Stream, strings.Join(errs, "; "), b.cfg.Stream)
+	}
+	if sc.Retention != jetstream.WorkQueuePolicy {
+		b.log.Warn("intake stream keeps messages after they are stored; work-queue retention removes them",
+			"stream", b.cfg.Stream, "retention", sc.Retention.String())
+	}
+	return nil
+}
+
+// checkConsumer refuses a consumer that cannot work as the intake consumer and warns where an
+// operator's settings differ from the bridge's own.
+func (b *Bridge) checkConsumer(cc jetstream.ConsumerConfig) error {
+	if cc.AckPolicy != jetstream.AckExplicitPolicy {
+		return fmt.Errorf("bridge: consumer %s on %s has ack policy %s; the bridge needs explicit acks (delete the consumer and the bridge creates it)",
+			b.cfg.Consumer, b.cfg.Stream, cc.AckPolicy)
+	}
+	filters := cc.FilterSubjects
+	if cc.FilterSubject != "" {
+		filters = append(filters, cc.FilterSubject)
+	}
+	if len(filters) > 0 && !coversSchedule(filters) {
+		b.log.Warn("intake consumer filters out some schedule subjects; those messages are never stored",
+			"consumer", b.cfg.Consumer, "filters", filters)
+	}
+	want := b.cfg.IntakeMaxDeliver + intakeDeliverSpare
+	if cc.MaxDeliver <= 0 || cc.MaxDeliver > want {
+		b.log.Warn("intake consumer has a larger max deliver than the bridge's; the bridge refuses a message after its own",
+			"consumer", b.cfg.Consumer, "max_deliver", cc.MaxDeliver, "bridge_max_deliver", b.cfg.IntakeMaxDeliver)
+	} else if cc.MaxDeliver < want {
+		b.log.Warn("intake consumer has a smaller max deliver than the bridge's; the bridge refuses a message at the consumer's",
+			"consumer", b.cfg.Consumer, "max_deliver", cc.MaxDeliver, "bridge_max_deliver", b.cfg.IntakeMaxDeliver)
+	}
+	if cc.AckWait != intakeAckWait || cc.MaxAckPending != intakeMaxAckPending {
+		b.log.Info("intake consumer tuned by an operator; kept as it is",
+			"consumer", b.cfg.Consumer, "ack_wait", cc.AckWait.String(), "max_ack_pending", cc.MaxAckPending)
+	}
+	maxDeliver := b.cfg.IntakeMaxDeliver
+	if cc.MaxDeliver > 0 {
+		maxDeliver = min(maxDeliver, max(cc.MaxDeliver-intakeDeliverSpare, 1))
+	}
+	b.maxDeliver.Store(int64(maxDeliver))
+	return nil
+}
+
+// coversSchedule reports whether the subject filters capture every subject under ax.schedule.>.
+func coversSchedule(subjects []string) bool {
+	want := strings.Split(SchedulePrefix+">", ".")
+	for _, s := range subjects {
+		toks := strings.Split(s, ".")
+		for i, tok := range toks {
+			if tok == ">" {
+				return true
+			}
+			if i >= len(want)-1 || (tok != "*" && tok != want[i]) {
+				break
+			}
+		}
+	}
+	return false
 }
 
 // onSchedule handles one intake message. It runs on the consumer's goroutine and never waits
@@ -56,34 +181,128 @@ func (b *Bridge) onSchedule(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	if !b.intakeAdd() {
+		return // stopping: the message comes back after its ack wait, to this or another replica
+	}
+	if md.NumDelivered > 1 {
+		b.m.intake.redeliveries.Inc()
+	}
 	m := scheduleMsg{subject: msg.Subject(), header: msg.Headers(), payload: msg.Data(), accepted: md.Timestamp, seq: md.Sequence.Stream}
-	task, rej := b.cfg.parseSchedule(m)
+	task, rej := b.cfg.parseSchedule(m, b.recordLimit())
 	if rej != nil {
 		b.rejectMsg(m, rej)
 		_ = msg.Ack()
+		b.intake.Done()
 		return
 	}
-	b.intake.Add(1)
 	b.store.CreateAsync(context.Background(), &task, func(existing kvstore.Entry, err error) {
 		defer b.intake.Done()
-		switch {
-		case err == nil:
-			b.m.scheduled.WithLabelValues(task.BizType).Inc()
-			_ = msg.Ack()
-		case errors.Is(err, kvstore.ErrExists):
-			if sameContent(&existing.Task, &task) {
-				b.duplicate(m, task.ID, existing.Task.Status)
-			} else {
-				b.rejectMsg(m, reject(CodeDuplicateConflict,
-					"task %q exists with different content (bizType, payload, headers or retry policy); the first one stays", task.ID))
-			}
-			_ = msg.Ack()
-		default:
-			// The store is unavailable: leave the message in the stream and try again later.
-			b.log.Warn("store task failed; will retry", "task_id", task.ID, "biz_type", task.BizType, "err", err)
-			_ = msg.NakWithDelay(time.Second)
-		}
+		b.created(msg, md, m, &task, existing, err)
 	})
+}
+
+// created settles one intake message from its create's outcome.
+func (b *Bridge) created(msg jetstream.Msg, md *jetstream.MsgMetadata, m scheduleMsg, task *kvstore.Task, existing kvstore.Entry, err error) {
+	if err == nil || errors.Is(err, kvstore.ErrExists) {
+		b.intakeOutage.ok(b)
+	}
+	switch {
+	case err == nil:
+		b.m.scheduled.WithLabelValues(task.BizType).Inc()
+		_ = msg.Ack()
+	case errors.Is(err, kvstore.ErrExists):
+		if sameContent(&existing.Task, task) {
+			b.duplicate(m, task.ID, existing.Task.Status)
+		} else {
+			b.rejectMsg(m, reject(CodeDuplicateConflict,
+				"task %q exists with different content (bizType, payload, headers or retry policy); the first one stays", task.ID))
+		}
+		_ = msg.Ack()
+	case kvstore.Permanent(err):
+		b.m.ack.storeError(opCreate, err)
+		b.rejectMsg(m, reject(CodeStoreRefused, "the task store refused the task: %v", err))
+		_ = msg.Ack()
+	default:
+		b.m.ack.storeError(opCreate, err)
+		b.intakeOutage.failed(b, err)
+		if int64(md.NumDelivered) >= b.maxDeliver.Load() {
+			b.rejectMsg(m, reject(CodeStoreUnavailable,
+				"the task store failed on all %d deliveries of this message (last: %v); the task was not stored, or its write timed out (look it up with ax.api.task.get)",
+				md.NumDelivered, err))
+			_ = msg.Term()
+			return
+		}
+		// Leave the message in the stream; it comes back after a delay that grows with each
+		// delivery, so a store outage costs little and a message cannot hold its slot forever.
+		_ = msg.NakWithDelay(intakeRetryDelay(md.NumDelivered))
+	}
+}
+
+// intakeRetryDelay is the delay before delivery n+1 of a message whose store write failed on
+// delivery n: 1s, 2s, 4s, ... up to 30s.
+func intakeRetryDelay(n uint64) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if n > 6 {
+		return intakeRetryMax
+	}
+	return min(intakeRetryMin<<(n-1), intakeRetryMax)
+}
+
+// recordLimit is the largest encoded record the connection's server takes.
+func (b *Bridge) recordLimit() int {
+	return max(int(b.nc.MaxPayload())-recordReserve, 1)
+}
+
+// intakeAdd counts a schedule message in flight, unless Stop has stopped intake.
+func (b *Bridge) intakeAdd() bool {
+	b.intakeMu.Lock()
+	defer b.intakeMu.Unlock()
+	if b.intakeClosed {
+		return false
+	}
+	b.intake.Add(1)
+	return true
+}
+
+// closeIntake makes intakeAdd refuse from now on; then b.intake.Wait is safe.
+func (b *Bridge) closeIntake() {
+	b.intakeMu.Lock()
+	b.intakeClosed = true
+	b.intakeMu.Unlock()
+}
+
+// storeOutage logs a store outage once when it begins and once when it ends, with a count,
+// instead of once per message. The success path costs one atomic load.
+type storeOutage struct {
+	down     atomic.Bool
+	mu       sync.Mutex
+	since    time.Time
+	failures int
+}
+
+func (o *storeOutage) failed(b *Bridge, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failures++
+	if !o.down.Load() {
+		o.down.Store(true)
+		o.since, o.failures = b.cfg.Now(), 1
+		b.log.Warn("task store unavailable; schedule messages are retried with backoff", "err", err)
+	}
+}
+
+func (o *storeOutage) ok(b *Bridge) {
+	if !o.down.Load() {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.down.Load() {
+		b.log.Info("task store available again", "failed_writes", o.failures, "outage", b.cfg.Now().Sub(o.since).String())
+		o.down.Store(false)
+	}
 }
 
 // rejectMsg reports a refused schedule message on ax.rejected.<bizType> and counts it.

@@ -26,6 +26,9 @@ type job struct {
 	due   int64 // UTC Unix ms the step was due at
 	entry *kvstore.Entry
 	ids   []string
+	// unsure: a claim of revision rev had an unknown outcome; the fire reads the record back and
+	// publishes the attempt if that claim landed (RUNNING under this replica with token rev).
+	unsure bool
 }
 
 const (
@@ -47,8 +50,17 @@ type result struct {
 	kind    jobKind
 	at      int64           // UTC Unix ms at which to try again
 	retry   bool            // a store call failed (the task stays overdue meanwhile)
+	unsure  bool            // the claim of rev had an unknown outcome: it may have landed
+	behind  bool            // a read returned an older revision than rev, or none: try again soon
 	entries []kvstore.Entry // pre-read records, for jobPreRead
 }
+
+const (
+	// readBehindRetry is the first wait before a step whose read lagged its revision is tried
+	// again; it doubles up to retryStoreAfter, for at most maxReadBehind tries.
+	readBehindRetry = 20 * time.Millisecond
+	maxReadBehind   = 12
+)
 
 // flight is a step taken from the index and not yet seen through: the revision it was taken at,
 // whether it still waits in a job queue, when (monotonic) a worker took it, and when the task was
@@ -62,19 +74,23 @@ type flight struct {
 
 // loopState is owned by the loop goroutine alone.
 type loopState struct {
-	b         *Bridge
-	now       reading // the latest reading of the clocks
-	idx       *slots
-	near      map[string]*kvstore.Entry // records with payload, due within PreRead (bounded)
-	nearBytes int
-	fires     []job // fire jobs no worker has taken yet, in deadline order (at most maxQueued)
-	house     []job // lease and pre-read jobs, after every fire (at most maxQueued)
-	reads     []string
-	flight    map[string]flight // steps taken from the index whose record has not changed since
-	retrying  map[string]int64  // fires put back after a failed store call: id → when the task was due
-	clock     stepDetector
-	lastStats time.Time // monotonic: when the overdue gauges were last computed
-	lastPrune time.Time
+	b          *Bridge
+	now        reading // the latest reading of the clocks
+	idx        *slots
+	near       map[string]*kvstore.Entry // records with payload, due within PreRead (bounded)
+	nearBytes  int
+	fires      []job // fire jobs no worker has taken yet, in deadline order (at most maxQueued)
+	house      []job // lease and pre-read jobs, after every fire (at most maxQueued)
+	reads      []string
+	flight     map[string]flight // steps taken from the index whose record has not changed since
+	retrying   map[string]int64  // fires put back after a failed store call: id → when the task was due
+	unsure     map[string]uint64 // claims whose outcome was unknown: id → the claim's token
+	behind     map[string]int    // steps whose read lagged the indexed revision: id → tries so far
+	clock      stepDetector
+	fromHouse  bool      // the job nextJob returned is the head of house, not of fires
+	firesInRow int       // fires handed out since the last housekeeping job
+	lastStats  time.Time // monotonic: when the overdue gauges were last computed
+	lastPrune  time.Time
 }
 
 // loop is the scheduling loop: it owns the index, the pre-read cache and one timer armed to the
@@ -101,6 +117,8 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 		near:     make(map[string]*kvstore.Entry),
 		flight:   make(map[string]flight),
 		retrying: make(map[string]int64),
+		unsure:   make(map[string]uint64),
+		behind:   make(map[string]int),
 	}
 	l.now = b.read()
 	l.clock.check(l.now)
@@ -202,14 +220,19 @@ func tryRecv(ch <-chan kvstore.Event) (kvstore.Event, bool) {
 	}
 }
 
-// nextJob is the job to hand out next (fires first), with the channel to send it on; a nil
-// channel when there is none.
+// houseEvery is how many fires go out before a waiting lease end or pre-read: fires come first,
+// but a backlog of overdue fires must not hold back lease expiries for good.
+const houseEvery = 8
+
+// nextJob is the job to hand out next (fires first, a housekeeping job after every houseEvery
+// fires), with the channel to send it on; a nil channel when there is none.
 func (l *loopState) nextJob() (chan<- job, job) {
+	l.fromHouse = len(l.house) > 0 && (len(l.fires) == 0 || l.firesInRow >= houseEvery)
 	switch {
+	case l.fromHouse:
+		return l.b.jobs, l.house[0]
 	case len(l.fires) > 0:
 		return l.b.jobs, l.fires[0]
-	case len(l.house) > 0:
-		return l.b.jobs, l.house[0]
 	}
 	return nil, job{}
 }
@@ -219,9 +242,10 @@ func (l *loopState) sent(j job) {
 	if f, ok := l.flight[j.id]; ok && j.kind != jobPreRead && f.rev == j.rev {
 		l.flight[j.id] = flight{rev: j.rev, at: l.now.mono, due: f.due}
 	}
-	q := &l.house
-	if len(l.fires) > 0 {
-		q = &l.fires
+	q := &l.fires
+	l.firesInRow++
+	if l.fromHouse {
+		q, l.firesInRow = &l.house, 0
 	}
 	(*q)[0] = job{}
 	*q = (*q)[1:]
@@ -283,6 +307,10 @@ func (l *loopState) take() {
 			continue
 		}
 		j := job{kind: jobFire, id: n.id, rev: n.rev, due: n.due}
+		if tok, ok := l.unsure[n.id]; ok && tok == n.rev {
+			j.unsure = true // the worker owns the read-back now
+			delete(l.unsure, n.id)
+		}
 		if due, ok := l.retrying[n.id]; ok {
 			j.due = due
 			delete(l.retrying, n.id)
@@ -346,8 +374,17 @@ func (l *loopState) apply(ev kvstore.Event) {
 			delete(l.flight, id)
 		}
 		delete(l.retrying, id)
+		delete(l.behind, id)
 		l.dropNear(id)
 		t := &e.Task
+		if tok, ok := l.unsure[id]; ok && e.Revision > tok {
+			delete(l.unsure, id)
+			if t.Status == kvstore.StatusRunning && t.Owner == l.b.cfg.ReplicaID && t.Claim == tok {
+				// The claim whose outcome was unknown landed: publish its attempt now.
+				ec := e
+				l.fires = append(l.fires, job{kind: jobFire, id: id, rev: tok, due: t.DueAt, entry: &ec, unsure: true})
+			}
+		}
 		if t.Status != kvstore.StatusRunning {
 			l.b.fired.drop(id, e.Revision)
 		}
@@ -373,6 +410,8 @@ func (l *loopState) apply(ev kvstore.Event) {
 		l.dropNear(ev.ID)
 		delete(l.flight, ev.ID)
 		delete(l.retrying, ev.ID)
+		delete(l.unsure, ev.ID)
+		delete(l.behind, ev.ID)
 	case kvstore.EventError:
 		l.b.m.corrupt.Inc()
 		l.b.log.Error("unreadable task record; left alone", "task_id", ev.ID, "revision", ev.Revision, "err", ev.Err)
@@ -429,8 +468,35 @@ func (l *loopState) result(r result) {
 		}
 		return
 	}
+	newer := false
 	if cur, ok := l.idx.get(r.id); ok && cur.rev > r.rev {
+		newer = true
+	} else if f, ok := l.flight[r.id]; ok && f.rev > r.rev {
+		newer = true
+	}
+	switch {
+	case r.unsure && newer:
+		// The watch brought a newer revision before the claim's outcome: it may be that claim.
+		// A worker reads the record back and publishes the attempt if so.
+		l.fires = append(l.fires, job{kind: jobFire, id: r.id, rev: r.rev, due: l.now.ms, unsure: true})
+		return
+	case newer:
 		return // a newer revision is indexed already
+	case r.unsure:
+		l.unsure[r.id] = r.rev
+	case r.behind:
+		if f, ok := l.flight[r.id]; !ok || f.rev != r.rev {
+			return // a delete or a newer revision came meanwhile
+		}
+		n := l.behind[r.id] + 1
+		if n > maxReadBehind {
+			delete(l.behind, r.id)
+			delete(l.flight, r.id)
+			l.b.log.Warn("task not found at the revision the index has; left to the reconciler", "task_id", r.id, "revision", r.rev)
+			return
+		}
+		l.behind[r.id] = n
+		r.at = addMs(l.now.ms, min(readBehindRetry<<(n-1), retryStoreAfter))
 	}
 	due := r.at
 	if f, ok := l.flight[r.id]; ok && f.rev <= r.rev {

@@ -17,6 +17,7 @@ type metrics struct {
 	pending      prometheus.Gauge
 	ack          *ackMetrics // metrics_ack.go: store errors of claims and acks, dropped acks
 	loop         *loopMetrics
+	intake       *intakeMetrics // metrics_intake.go
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -46,5 +47,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.dead, m.corrupt, m.pending)
 		reg.MustRegister(m.loop.collectors()...)
 	}
+	m.intake = newIntakeMetrics(reg)
 	return m
 }

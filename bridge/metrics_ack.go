@@ -64,6 +64,7 @@ func registerShared(reg prometheus.Registerer, c *prometheus.CounterVec) *promet
 // report store failures (metrics here; an outage log may hook in too).
 func (b *Bridge) storeFailed(op, id string, err error) {
 	b.m.ack.storeError(op, err)
+	b.outage.failed(op, id, err)
 	b.log.Debug("store call failed; retrying", "op", op, "task_id", id, "err", err)
 }
 

@@ -2,6 +2,9 @@ package bridge
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"math"
@@ -30,6 +33,8 @@ const (
 	CodeBadBackoff        = "BAD_BACKOFF"
 	CodePayloadTooLarge   = "PAYLOAD_TOO_LARGE"
 	CodeDuplicateConflict = "DUPLICATE_CONFLICT"
+	CodeStoreRefused      = "STORE_REFUSED"
+	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
 )
 
 // Limits on per-task policy (subjects.md, "Scheduling").
@@ -64,7 +69,10 @@ type scheduleMsg struct {
 
 // parseSchedule validates one schedule message and builds its WAITING task record.
 // It reads no clock: "now" for a new task is when the stream accepted the message.
-func (c *Config) parseSchedule(m scheduleMsg) (kvstore.Task, *rejection) {
+//
+// recordLimit is the largest encoded record the server takes (0: not checked); a task whose record
+// would be larger is refused with PAYLOAD_TOO_LARGE, as is one over c.MaxPayload.
+func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *rejection) {
 	biz, ok := cutSchedule(m.subject)
 	if !ok {
 		return kvstore.Task{}, reject(CodeBadBizType,
@@ -136,7 +144,54 @@ func (c *Config) parseSchedule(m scheduleMsg) (kvstore.Task, *rejection) {
 	}
 	acceptedMs := m.accepted.UnixMilli()
 	t.CreatedAt, t.UpdatedAt = acceptedMs, acceptedMs
+	t.Fingerprint = fingerprint(biz, m.payload, m.header)
+	if recordLimit > 0 {
+		// The record is what the server must take: metadata, and headers in the record's lossless
+		// form (base64 when not UTF-8), so it is larger than what the client sent.
+		n, err := kvstore.EncodedLen(&t)
+		if err != nil {
+			return kvstore.Task{}, reject(CodePayloadTooLarge, "the task cannot be encoded: %v", err)
+		}
+		if n > recordLimit {
+			return kvstore.Task{}, reject(CodePayloadTooLarge,
+				"the stored record would be %d bytes (payload %d, headers as stored, metadata); the server takes at most %d", n, len(m.payload), recordLimit)
+		}
+	}
 	return t, nil
+}
+
+// fingerprint identifies what the client sent: the bizType, the payload and every header as
+// received except the task id and the due time (Ax-Task-Id, Ax-Delay, Ax-Deliver-At). Keys are
+// sorted, values keep their order, and every part is length-prefixed, so two different messages
+// never encode alike. Policy headers (Ax-Max-Retry, Ax-Ack-Wait, Ax-Backoff) count as sent, and the
+// defaults the bridge fills in do not: a redelivery stays a duplicate after an operator changes
+// --backoff, or when replicas run with different defaults.
+func fingerprint(biz string, payload []byte, h nats.Header) string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		if k != HeaderTaskID && k != HeaderDelay && k != HeaderDeliverAt {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	d := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	field := func(b []byte) {
+		d.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+		d.Write(b)
+	}
+	field([]byte(biz))
+	field(payload)
+	d.Write(n[:binary.PutUvarint(n[:], uint64(len(keys)))])
+	for _, k := range keys {
+		field([]byte(k))
+		vs := h[k]
+		d.Write(n[:binary.PutUvarint(n[:], uint64(len(vs)))])
+		for _, v := range vs {
+			field([]byte(v))
+		}
+	}
+	return "sha256:" + hex.EncodeToString(d.Sum(nil))
 }
 
 // parseDue returns the due time in UTC Unix ms, rounded up so a task never fires early.
@@ -290,8 +345,13 @@ func generatedID(accepted time.Time, seq uint64) string {
 }
 
 // sameContent reports whether a repeated schedule carries the same task as the stored one
-// (subjects.md, "Task ids and duplicates"): the due time is not compared.
+// (subjects.md, "Task ids and duplicates"): the due time is not compared. Records that carry the
+// schedule message's fingerprint compare on it, that is on what the client sent; older records
+// compare on the stored fields, defaults included.
 func sameContent(a, b *kvstore.Task) bool {
+	if a.Fingerprint != "" && b.Fingerprint != "" {
+		return a.Fingerprint == b.Fingerprint
+	}
 	return a.BizType == b.BizType && bytes.Equal(a.Payload, b.Payload) &&
 		a.MaxRetry == b.MaxRetry && a.AckWait == b.AckWait && slices.Equal(a.Backoff, b.Backoff) &&
 		maps.EqualFunc(a.Header, b.Header, slices.Equal)

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +64,7 @@ func TestParseScheduleValid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			task, rej := cfg.parseSchedule(scheduleMsg{subject: "ax.schedule.orders", header: tt.header, payload: []byte("x"), accepted: accepted, seq: 7})
+			task, rej := cfg.parseSchedule(scheduleMsg{subject: "ax.schedule.orders", header: tt.header, payload: []byte("x"), accepted: accepted, seq: 7}, 0)
 			if rej != nil {
 				t.Fatalf("rejected: %v", rej)
 			}
@@ -121,13 +123,149 @@ func TestParseScheduleRejects(t *testing.T) {
 		{"ax.schedule.o", nil, 101, CodePayloadTooLarge},
 	}
 	for _, tt := range tests {
-		_, rej := cfg.parseSchedule(scheduleMsg{subject: tt.subject, header: tt.header, payload: make([]byte, tt.payload), accepted: accepted})
+		_, rej := cfg.parseSchedule(scheduleMsg{subject: tt.subject, header: tt.header, payload: make([]byte, tt.payload), accepted: accepted}, 0)
 		if rej == nil || rej.code != tt.code {
 			t.Errorf("%s %v: got %v, want %s", tt.subject, tt.header, rej, tt.code)
 			continue
 		}
 		if rej.reason == "" {
 			t.Errorf("%s: empty reason", tt.code)
+		}
+	}
+}
+
+// A repeated schedule is compared on what the client sent, not on the defaults the bridge filled
+// in: a redelivery after an operator changed --backoff, --ack-wait or --max-retry (or read by a
+// replica with other defaults) is a duplicate, and so is a header with bytes that are not UTF-8,
+// even after the stored record went through the codec.
+func TestSameContentComparesWhatTheClientSent(t *testing.T) {
+	t.Parallel()
+	accepted := time.Now()
+	parse := func(cfg Config, biz string, payload string, h nats.Header) kvstore.Task {
+		t.Helper()
+		cfg = cfg.withDefaults()
+		task, rej := cfg.parseSchedule(scheduleMsg{subject: "ax.schedule." + biz, header: h, payload: []byte(payload), accepted: accepted, seq: 1}, 0)
+		if rej != nil {
+			t.Fatalf("rejected: %v", rej)
+		}
+		return task
+	}
+	stored := func(task kvstore.Task) kvstore.Task {
+		t.Helper()
+		rec, err := kvstore.EncodeTask(&task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := kvstore.DecodeTask(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return back
+	}
+	h := func(kv ...string) nats.Header {
+		out := nats.Header{HeaderTaskID: {"order-42"}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = append(out[kv[i]], kv[i+1])
+		}
+		return out
+	}
+	first := stored(parse(Config{}, "orders", "p", h("Trace", "t-1", "Bin", "\xff\xfe", HeaderDelay, "1h")))
+	if !strings.HasPrefix(first.Fingerprint, "sha256:") || len(first.Fingerprint) != len("sha256:")+64 {
+		t.Fatalf("fingerprint %q", first.Fingerprint)
+	}
+	retuned := Config{MaxAttempts: 9, AckWait: time.Minute, Backoff: []time.Duration{time.Second}}
+	same := []struct {
+		name string
+		task kvstore.Task
+	}{
+		{"redelivered as is", parse(Config{}, "orders", "p", h("Trace", "t-1", "Bin", "\xff\xfe", HeaderDelay, "1h"))},
+		{"other bridge defaults", parse(retuned, "orders", "p", h("Trace", "t-1", "Bin", "\xff\xfe", HeaderDelay, "1h"))},
+		{"another due time", parse(Config{}, "orders", "p", h("Trace", "t-1", "Bin", "\xff\xfe", HeaderDeliverAt, strconv.FormatInt(accepted.UnixMilli()+5000, 10)))},
+	}
+	for _, s := range same {
+		if !sameContent(&first, &s.task) {
+			t.Errorf("%s: not the same content", s.name)
+		}
+	}
+	different := []struct {
+		name string
+		task kvstore.Task
+	}{
+		{"bizType", parse(Config{}, "payments", "p", h("Trace", "t-1", "Bin", "\xff\xfe"))},
+		{"payload", parse(Config{}, "orders", "q", h("Trace", "t-1", "Bin", "\xff\xfe"))},
+		{"header byte", parse(Config{}, "orders", "p", h("Trace", "t-1", "Bin", "\xff\xfd"))},
+		{"header values split", parse(Config{}, "orders", "p", h("Trace", "t-", "Trace", "1", "Bin", "\xff\xfe"))},
+		{"extra header", parse(Config{}, "orders", "p", h("Trace", "t-1", "Bin", "\xff\xfe", "More", ""))},
+		{"explicit policy", parse(Config{}, "orders", "p", h("Trace", "t-1", "Bin", "\xff\xfe", HeaderMaxRetry, "3"))},
+	}
+	for _, d := range different {
+		if sameContent(&first, &d.task) {
+			t.Errorf("%s differs, but compares as the same content", d.name)
+		}
+	}
+	// A record written before fingerprints existed compares on its fields.
+	legacy, again := first, parse(Config{}, "orders", "p", h("Trace", "t-1"))
+	legacy.Fingerprint, legacy.Header = "", map[string][]string{"Trace": {"t-1"}}
+	if !sameContent(&legacy, &again) {
+		t.Error("a record without fingerprint and an equal schedule: not the same content")
+	}
+	again.Payload = []byte("q")
+	if sameContent(&legacy, &again) {
+		t.Error("a record without fingerprint and another payload: the same content")
+	}
+}
+
+// The size limit is checked on the record the store writes, not on the raw bytes: header bytes
+// that are not UTF-8 take more room in the record (base64) than on the wire, and the record adds
+// its metadata. The same sizes in plain bytes fit.
+func TestParseScheduleChecksTheEncodedRecord(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}.withDefaults()
+	const limit = 100_000
+	msg := func(header string, payload int) scheduleMsg {
+		return scheduleMsg{subject: "ax.schedule.orders", header: nats.Header{"Blob": {header}}, payload: make([]byte, payload),
+			accepted: time.Now(), seq: 1}
+	}
+	_, rej := cfg.parseSchedule(msg(strings.Repeat("\xff", 60_000), 20_000), limit)
+	if rej == nil || rej.code != CodePayloadTooLarge || !strings.Contains(rej.reason, "record") {
+		t.Fatalf("80 KB with a 60 KB binary header: %v, want %s about the record", rej, CodePayloadTooLarge)
+	}
+	task, rej := cfg.parseSchedule(msg(strings.Repeat("a", 60_000), 20_000), limit)
+	if rej != nil {
+		t.Fatalf("80 KB of plain bytes: %v", rej)
+	}
+	if rec, _ := kvstore.EncodeTask(&task); len(rec) > limit {
+		t.Fatalf("accepted a record of %d bytes over the limit %d", len(rec), limit)
+	}
+	if _, rej := cfg.parseSchedule(msg("", limit-100), limit); rej == nil || rej.code != CodePayloadTooLarge {
+		t.Fatalf("a payload just under the limit, with the record's metadata over it: %v", rej)
+	}
+}
+
+// The intake's own rejection codes are in the spec.
+func TestIntakeCodesInSpec(t *testing.T) {
+	t.Parallel()
+	spec, err := os.ReadFile("../subjects.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{CodeStoreRefused, CodeStoreUnavailable, CodePayloadTooLarge} {
+		if !strings.Contains(string(spec), "`"+c+"`") {
+			t.Errorf("subjects.md does not mention `%s`", c)
+		}
+	}
+}
+
+// BenchmarkParseSchedule is the intake's CPU per message: validation, the fingerprint and the
+// encoded-size check, for a 1 KiB payload with two caller headers.
+func BenchmarkParseSchedule(b *testing.B) {
+	cfg := Config{}.withDefaults()
+	m := scheduleMsg{subject: "ax.schedule.orders", payload: make([]byte, 1024), accepted: time.Now(), seq: 1,
+		header: nats.Header{HeaderTaskID: {"order-42"}, HeaderDelay: {"30m"}, "Trace-Id": {"t-1"}, "Tenant": {"acme"}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, rej := cfg.parseSchedule(m, 1<<20); rej != nil {
+			b.Fatal(rej)
 		}
 	}
 }

@@ -39,7 +39,16 @@ func (b *Bridge) report(r result) {
 // An outage is logged once when it starts and once when it ends, not once per task.
 func (b *Bridge) retryLater(j job, reason string, err error) {
 	b.outage.failed(reason, j.id, err)
-	b.report(result{id: j.id, rev: j.rev, kind: j.kind, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), retry: true})
+	b.report(result{id: j.id, rev: j.rev, kind: j.kind, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), retry: true,
+		unsure: j.unsure})
+}
+
+// readBehind puts a step back for another read soon: its read returned no record, or an older
+// revision than the one the index has. On a replicated bucket the watch can run ahead of the
+// stream leader, which answers reads; a record really deleted meanwhile comes as a watch event,
+// which drops the step.
+func (b *Bridge) readBehind(j job) {
+	b.report(result{id: j.id, rev: j.rev, kind: j.kind, behind: true})
 }
 
 // load returns the job's record: the pre-read one, or a fresh read.
@@ -50,6 +59,7 @@ func (b *Bridge) load(ctx context.Context, j job) (kvstore.Entry, bool) {
 	e, err := b.store.Get(ctx, j.id)
 	switch {
 	case errors.Is(err, kvstore.ErrNotFound):
+		b.readBehind(j)
 		return e, false
 	case err != nil:
 		b.retryLater(j, "read", err)
@@ -76,7 +86,13 @@ func (b *Bridge) preRead(ctx context.Context, j job) {
 // leaseEnded counts a RUNNING task whose lease ran out as a failed attempt.
 func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 	e, ok := b.load(ctx, j)
-	if !ok || e.Task.Status != kvstore.StatusRunning {
+	switch {
+	case !ok:
+		return
+	case e.Revision < j.rev:
+		b.readBehind(j)
+		return
+	case e.Task.Status != kvstore.StatusRunning:
 		return
 	}
 	nowMs := b.cfg.Now().UnixMilli()

@@ -219,7 +219,7 @@ func TestRetentionDeletesAndPurges(t *testing.T) {
 	srv := natstest.RunServer(t)
 	e := newEnvOn(t, srv.ClientURL(), storeCfg)
 	e.srv = srv
-	e.startBridgeOn(srv.ClientURL(), storeCfg, bridge.Config{Retention: time.Second, PurgeInterval: time.Second})
+	e.startBridgeOn(srv.ClientURL(), storeCfg, bridge.Config{})
 	e.consume("ax.fire.short", func(m *nats.Msg) { _ = m.Ack() })
 	e.schedule("short", "x", bridge.HeaderTaskID, "short-1")
 	done := e.waitStatus("short-1", kvstore.StatusSuccess, 5*time.Second)

@@ -125,14 +125,15 @@ func TestBridgeKill9(t *testing.T) {
 	bin := buildBridge(t)
 	e := newEnv(t)
 	log := e.ackAndLog("ax.fire.crash")
-	p := startProcess(t, bin, e.srv.ClientURL())
+	dir := t.TempDir() // both processes: the restarted one keeps the replica id kept there
+	p := startProcess(t, bin, e.srv.ClientURL(), dir)
 	ids := e.scheduleSpread("crash", 300, 3*time.Second, bridge.HeaderAckWait, "2s", bridge.HeaderBackoff, "100ms")
 	if !checkFor(20*time.Second, func() bool { return log.fired() > 50 }) {
 		t.Fatal("nothing fired before the kill")
 	}
 	p.kill9(t)
 	before := log.fired()
-	p2 := startProcess(t, bin, e.srv.ClientURL())
+	p2 := startProcess(t, bin, e.srv.ClientURL(), dir)
 	e.waitAll(ids, kvstore.StatusSuccess, 60*time.Second)
 	repeats := log.check(t, ids)
 	t.Logf("%d tasks, %d fired before kill -9, %d repeated fires", len(ids), before, repeats)
@@ -171,10 +172,11 @@ type process struct {
 	done chan struct{}
 }
 
-// startProcess runs the bridge binary against url and waits for its "ready" log line.
-func startProcess(t *testing.T, bin, url string) *process {
+// startProcess runs the bridge binary against url, with dataDir as its --data-dir (where it keeps
+// its replica id), and waits for its "ready" log line.
+func startProcess(t *testing.T, bin, url, dataDir string) *process {
 	t.Helper()
-	cmd := exec.Command(bin, "--nats-url", url, "--metrics-addr", "", "--log-format", "json", "--log-level", "info")
+	cmd := exec.Command(bin, "--nats-url", url, "--data-dir", dataDir, "--metrics-addr", "", "--log-format", "json", "--log-level", "info")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -171,16 +171,37 @@ func (s *JetStore) complete(op *asyncOp, connClosed <-chan nats.Status) {
 		op.finish(op.ctx, 0, errConnClosed)
 		return
 	}
+	if s.answered(op) { // a waiter that comes late to an answered op must not call it unknown
+		return
+	}
 	select {
 	case ack := <-op.paf.Ok():
 		op.finish(op.ctx, ack.Sequence, nil)
 	case err := <-op.paf.Err():
 		op.finish(op.ctx, 0, err)
 	case <-op.ctx.Done():
-		op.finish(op.ctx, 0, fmt.Errorf("kvstore: no answer, outcome unknown: %w", op.ctx.Err()))
+		if !s.answered(op) {
+			op.finish(op.ctx, 0, fmt.Errorf("kvstore: no answer, outcome unknown: %w", op.ctx.Err()))
+		}
 	case <-connClosed:
-		op.finish(op.ctx, 0, errConnClosed)
+		if !s.answered(op) {
+			op.finish(op.ctx, 0, errConnClosed)
+		}
 	}
+}
+
+// answered calls op's finish if its answer has come (select picks at random among ready cases, so
+// the deadline and the answer are checked apart); false if there is none yet.
+func (s *JetStore) answered(op *asyncOp) bool {
+	select {
+	case ack := <-op.paf.Ok():
+		op.finish(op.ctx, ack.Sequence, nil)
+	case err := <-op.paf.Err():
+		op.finish(op.ctx, 0, err)
+	default:
+		return false
+	}
+	return true
 }
 
 var errConnClosed = fmt.Errorf("kvstore: outcome unknown: %w", nats.ErrConnectionClosed)

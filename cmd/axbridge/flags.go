@@ -13,7 +13,7 @@ import (
 
 // options are the command line, after AX_* environment variables and flags are applied.
 type options struct {
-	natsURL, creds, nkey, user, password, tlsCA, tlsCert, tlsKey string
+	natsURL, creds, nkey, user, password, token, tlsCA, tlsCert, tlsKey string
 
 	listen, dataDir string // embedded server (when natsURL is empty)
 
@@ -23,6 +23,10 @@ type options struct {
 	ackWait, retention                  time.Duration
 	pastTolerance, maxHorizon           time.Duration
 	backoff                             string
+
+	leaseSkew, reconcileInterval, markerTTL time.Duration
+	intakeMaxDeliver                        int
+	preReadTasks, preReadBytes              int
 
 	metricsAddr         string
 	logFormat, logLevel string
@@ -47,8 +51,9 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS server URL(s), comma-separated; empty starts an embedded server")
 	fs.StringVar(&o.creds, "creds", "", "NATS credentials file")
 	fs.StringVar(&o.nkey, "nkey", "", "NATS NKey seed file")
-	fs.StringVar(&o.user, "user", "", "NATS user name (or token when no password is given)")
+	fs.StringVar(&o.user, "user", "", "NATS user name (needs --password)")
 	fs.StringVar(&o.password, "password", "", "NATS password")
+	fs.StringVar(&o.token, "token", "", "NATS authentication token")
 	fs.StringVar(&o.tlsCA, "tlsca", "", "TLS CA certificate file")
 	fs.StringVar(&o.tlsCert, "tlscert", "", "TLS client certificate file")
 	fs.StringVar(&o.tlsKey, "tlskey", "", "TLS client key file")
@@ -57,15 +62,21 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.bucket, "bucket", "AX_TASKS", "KV bucket for task records")
 	fs.StringVar(&o.stream, "stream", "AX_SCHEDULE", "stream that captures ax.schedule.>")
 	fs.StringVar(&o.consumer, "consumer", "axbridge", "durable consumer shared by bridge replicas (also the ack queue group)")
-	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in ack subjects and records (default: random)")
+	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in ack subjects and records, 1-64 of [A-Za-z0-9_-]; replicas need distinct ids, and a restarted one should keep its own (default: <host>-<8 hex>, kept in --data-dir/replica-id)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the bucket and stream (3 on a cluster)")
 	fs.IntVar(&o.partitions, "partitions", 16, "partitions of a new bucket (fixed once the bucket exists)")
 	fs.IntVar(&o.maxRetry, "max-retry", kvstore.DefaultMaxRetry, "default retries after the first attempt (Ax-Max-Retry)")
 	fs.DurationVar(&o.ackWait, "ack-wait", kvstore.DefaultAckWait, "default time an attempt may run before it counts as failed (Ax-Ack-Wait)")
 	fs.StringVar(&o.backoff, "backoff", formatBackoff(kvstore.DefaultBackoff()), "default waits before retry 1, 2, ... (durations or ms, comma-separated); the last repeats (Ax-Backoff)")
-	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long finished records stay readable")
+	fs.DurationVar(&o.retention, "retention", 24*time.Hour, "how long finished records stay readable (the server TTL of their final write)")
 	fs.DurationVar(&o.pastTolerance, "past-tolerance", time.Hour, "due times further in the past are rejected; closer ones fire at once")
 	fs.DurationVar(&o.maxHorizon, "max-horizon", 400*24*time.Hour, "due times further in the future are rejected")
+	fs.DurationVar(&o.leaseSkew, "lease-skew", time.Second, "another replica expires an attempt's lease this long after its end, for clock skew between bridges")
+	fs.DurationVar(&o.reconcileInterval, "reconcile-interval", time.Minute, "how often the bucket is compared with the index, to fire or repair what it missed")
+	fs.DurationVar(&o.markerTTL, "marker-ttl", kvstore.DefaultMarkerTTL, "how long the delete marker of a retired record stays (set when the bucket is created or gains TTLs)")
+	fs.IntVar(&o.intakeMaxDeliver, "intake-max-deliver", 20, "deliveries of a schedule message while the store keeps failing, before it is refused with STORE_UNAVAILABLE")
+	fs.IntVar(&o.preReadTasks, "preread-max-tasks", 100_000, "at most this many due-soon records are held with their payloads (more are read when they fire)")
+	fs.IntVar(&o.preReadBytes, "preread-max-bytes", 64<<20, "at most this many bytes of due-soon records are held in memory")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on http://<addr>/metrics; empty disables")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (colour on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -39,11 +39,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--backoff %q: %w", o.backoff, err)
 	}
+	if o.user != "" && o.password == "" {
+		return errors.New("--user needs --password (for a token, use --token)")
+	}
+	replica, err := replicaID(o.replicaID, o.dataDir, os.Hostname, log.Warn)
+	if err != nil {
+		return err
+	}
 
 	cfg := bridge.Config{
-		Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: o.replicaID,
+		Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: replica,
 		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
-		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon, Retention: o.retention,
+		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon,
+		LeaseSkew: o.leaseSkew, ReconcileInterval: o.reconcileInterval, IntakeMaxDeliver: o.intakeMaxDeliver,
+		MaxPreReadTasks: o.preReadTasks, MaxPreReadBytes: o.preReadBytes,
 		Logger: log,
 	}
 	if err := cfg.Validate(); err != nil { // before anything starts
@@ -79,7 +88,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas})
+	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL})
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", o.bucket, err)
 	}
@@ -164,11 +173,11 @@ func connect(o options, ns *server.Server, log *slog.Logger) (*nats.Conn, error)
 		}
 		opts = append(opts, opt)
 	}
-	switch {
-	case o.user != "" && o.password != "":
+	if o.user != "" {
 		opts = append(opts, nats.UserInfo(o.user, o.password))
-	case o.user != "":
-		opts = append(opts, nats.Token(o.user))
+	}
+	if o.token != "" {
+		opts = append(opts, nats.Token(o.token))
 	}
 	if o.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(o.tlsCA))

@@ -12,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/internal/natstest"
+	"github.com/axbridge/axbridge/kvstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,7 +56,7 @@ func TestRunEmbedded(t *testing.T) {
 	done := make(chan error, 1)
 	dir := t.TempDir()
 	go func() {
-		err := run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0", "--log-format", "json"}, pw)
+		err := run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--retention", "90m"}, pw)
 		pw.Close()
 		done <- err
 	}()
@@ -108,6 +110,19 @@ func TestRunEmbedded(t *testing.T) {
 		t.Errorf("fired %q %v", got.Data, got.Header)
 	}
 	_ = got.Respond([]byte("+ACK"))
+	// --retention is the server TTL of the final record.
+	subject := "$KV.AX_TASKS." + kvstore.Key("order-42", kvstore.DefaultPartitions)
+	var ttl string
+	if !poll(10*time.Second, func() bool {
+		raw, err := js.GetLastMsg("KV_AX_TASKS", subject)
+		ttl = ""
+		if err == nil {
+			ttl = raw.Header.Get("Nats-TTL")
+		}
+		return ttl != ""
+	}) || ttl != (90*time.Minute).String() {
+		t.Errorf("final record's Nats-TTL %q, want %q from --retention", ttl, (90 * time.Minute).String())
+	}
 	nc.Close()
 	cancel()
 	select {
@@ -118,4 +133,63 @@ func TestRunEmbedded(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return after cancel")
 	}
+}
+
+// The derived replica id is a valid id made from the host name, the same on every start with the
+// same data dir and different with another data dir; the flag wins.
+func TestReplicaIDStable(t *testing.T) {
+	t.Parallel()
+	host := func() (string, error) { return "Build Box.example.com", nil }
+	var warned []string
+	warn := func(msg string, _ ...any) { warned = append(warned, msg) }
+	dir, other := t.TempDir(), t.TempDir()
+	first, err := replicaID("", dir, host, warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := replicaID("", dir, host, warn)
+	elsewhere, _ := replicaID("", other, host, warn)
+	if first != again || first == elsewhere {
+		t.Errorf("ids %q, %q (same data dir), %q (another): want the first two equal and the third different", first, again, elsewhere)
+	}
+	if !strings.HasPrefix(first, "Build-Box-") || len(first) > 64 || strings.ContainsAny(first, ". ") {
+		t.Errorf("derived id %q: want the sanitised short host name and a suffix", first)
+	}
+	if cfg := (bridge.Config{ReplicaID: first}); cfg.Validate() != nil {
+		t.Errorf("derived id %q: %v", first, cfg.Validate())
+	}
+	long, _ := replicaID("", t.TempDir(), func() (string, error) { return strings.Repeat("h", 100), nil }, warn)
+	if (bridge.Config{ReplicaID: long}).Validate() != nil {
+		t.Errorf("id from a long host name %q is not valid", long)
+	}
+	if id, _ := replicaID("r-7", dir, host, warn); id != "r-7" {
+		t.Errorf("flag id: got %q", id)
+	}
+	if len(warned) != 0 {
+		t.Errorf("warnings %q", warned)
+	}
+}
+
+// --user without --password is an error, not silently a token.
+func TestRunUserNeedsPassword(t *testing.T) {
+	err := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--user", "ann", "--data-dir", t.TempDir()}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--password") {
+		t.Fatalf("err %v, want one naming --password", err)
+	}
+}
+
+// poll checks cond every 10ms until it holds or within has passed.
+func poll(within time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }

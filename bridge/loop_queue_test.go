@@ -1,0 +1,34 @@
+package bridge
+
+import "testing"
+
+// A backlog of fires does not hold lease ends back for good: one goes out after every houseEvery
+// fires, and fires still go first when nothing else waits.
+func TestLeaseEndsInterleaveWithAFireBacklog(t *testing.T) {
+	t.Parallel()
+	l := &loopState{b: &Bridge{jobs: make(chan job)}}
+	for range 3 * houseEvery {
+		l.fires = append(l.fires, job{kind: jobFire, id: "f"})
+	}
+	l.house = []job{{kind: jobLease, id: "lease"}}
+	for i := 0; ; i++ {
+		_, j := l.nextJob()
+		if j.kind == jobLease {
+			if i != houseEvery {
+				t.Errorf("the lease end went out after %d fires, want %d", i, houseEvery)
+			}
+			break
+		}
+		if i > houseEvery {
+			t.Fatalf("no lease end after %d fires", i)
+		}
+		l.sent(j)
+	}
+	l.sent(job{kind: jobLease, id: "lease"})
+	if len(l.house) != 0 || len(l.fires) != 2*houseEvery {
+		t.Errorf("queues after: %d house, %d fires; want 0 and %d", len(l.house), len(l.fires), 2*houseEvery)
+	}
+	if _, j := l.nextJob(); j.kind != jobFire {
+		t.Errorf("next job %v, want a fire", j.kind)
+	}
+}

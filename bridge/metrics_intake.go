@@ -1,0 +1,26 @@
+package bridge
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// intakeMetrics are the intake's own series, beside ax_schedule_rejected_total{code}.
+type intakeMetrics struct {
+	redeliveries prometheus.Counter // schedule messages delivered more than once
+	restarts     prometheus.Counter // intake consumer set up again after consuming ended
+	// maxDeliveries counts the server's advisories of messages that used up MaxDeliver unsettled.
+	maxDeliveries prometheus.Counter
+}
+
+func newIntakeMetrics(reg prometheus.Registerer) *intakeMetrics {
+	m := &intakeMetrics{
+		redeliveries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "intake_redeliveries_total",
+			Help: "Schedule messages delivered again (a store write failed or timed out, or a replica stopped before acking)."}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "intake_restarts_total",
+			Help: "Times the intake consumer was set up again after consuming ended (consumer or stream deleted)."}),
+		maxDeliveries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "intake_max_deliveries_total",
+			Help: "Schedule messages that used up the intake consumer's max deliver without being settled (a bridge stopped during the last one); they wait in the stream."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.redeliveries, m.restarts, m.maxDeliveries)
+	}
+	return m
+}
