@@ -207,6 +207,14 @@ func (b *Bridge) start(ctx context.Context) error {
 	if b.advSub, err = b.watchMaxDeliveries(); err != nil {
 		return fmt.Errorf("bridge: subscribe to intake advisories: %w", err)
 	}
+	// The server has the ack and API subscriptions once Start returns: an ack or request sent
+	// right after is not lost in between.
+	fctx, fcancel := withDefaultTimeout(ctx)
+	err = b.nc.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
+		return fmt.Errorf("bridge: start: flush subscriptions: %w", err)
+	}
 	if err := ctx.Err(); err != nil { // a Stop came while the steps above ran
 		return fmt.Errorf("bridge: start: %w", err)
 	}
