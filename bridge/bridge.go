@@ -128,8 +128,13 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 // ReplicaID names this replica in ack subjects and task records.
 func (b *Bridge) ReplicaID() string { return b.cfg.ReplicaID }
 
-// Ready is closed once the records that existed at Start are indexed (recovery done).
+// Ready is closed once the records that existed at Start are indexed (recovery done). It never
+// closes if the bridge stops first: wait on Stopped too.
 func (b *Bridge) Ready() <-chan struct{} { return b.ready }
+
+// Stopped is closed once Stop has ended everything Start began (or a failed Start has cleaned
+// up). Ready never closes for a bridge that stops before its initial load is done: wait on both.
+func (b *Bridge) Stopped() <-chan struct{} { return b.stopped }
 
 // Start makes sure the intake stream and consumer exist, subscribes to acks, starts watching the
 // bucket and begins taking schedule messages. It returns once all of that is set up; the work goes
