@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/internal/faultstore"
 	"github.com/axbridge/axbridge/kvstore"
@@ -143,5 +146,34 @@ func TestFailedClaimsHoldNoGoroutines(t *testing.T) {
 	extra := 0
 	if !poll(5*time.Second, func() bool { extra = runtime.NumGoroutine() - base; return extra < n/10 }) {
 		t.Errorf("%d goroutines more than before the outage, for %d failed claims", extra, n)
+	}
+}
+
+// A task the intake stores is indexed at once by the replica that stored it, not only when the
+// watch brings its record (after a restart the watch brings new records behind the whole initial
+// load): with its watch event lost and no reconciler pass, it still fires.
+func TestIntakeIndexesWhatItCreates(t *testing.T) {
+	t.Parallel()
+	fe := newFaultEnvCfg(t, func(s *faultstore.Store) bridge.Store { return s }, bridge.Config{ReconcileInterval: time.Hour})
+	fires := fe.fires("direct")
+	fe.store.Inject(faultstore.Rule{Op: faultstore.OpEvent, ID: "d-1", Mode: faultstore.Drop})
+	js, err := jetstream.New(fe.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(bridge.SchedulePrefix + "direct")
+	m.Header.Set(bridge.HeaderTaskID, "d-1")
+	m.Header.Set(bridge.HeaderDelay, "300ms")
+	m.Data = []byte("p")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if id := next(t, fires).Header.Get(bridge.HeaderTaskID); id != "d-1" {
+		t.Fatalf("fired %q, want d-1", id)
+	}
+	if n := fe.store.Calls(faultstore.OpEvent); n < 1 {
+		t.Fatalf("the watch saw %d events: the drop rule never applied", n)
 	}
 }

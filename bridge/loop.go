@@ -52,6 +52,7 @@ type result struct {
 	retry   bool            // a store call failed (the task stays overdue meanwhile)
 	unsure  bool            // the claim of rev had an unknown outcome: it may have landed
 	behind  bool            // a read returned an older revision than rev, or none: try again soon
+	created *kvstore.Entry  // a record intake just created: indexed as its watch event would be
 	entries []kvstore.Entry // pre-read records, for jobPreRead
 }
 
@@ -459,6 +460,10 @@ func (l *loopState) dropNear(id string) {
 
 // result takes a worker's report back into the index.
 func (l *loopState) result(r result) {
+	if e := r.created; e != nil {
+		l.apply(kvstore.Event{Kind: kvstore.EventPut, ID: e.Task.ID, Revision: e.Revision, Entry: *e})
+		return
+	}
 	if r.entries != nil { // pre-read records: keep those the index still expects at that revision
 		for i := range r.entries {
 			e := &r.entries[i]
