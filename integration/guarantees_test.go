@@ -68,8 +68,9 @@ func TestIDReusedAcrossRetirements(t *testing.T) {
 
 // The server goes down, the task watch ends while it is down, so the bridge's re-watch attempts
 // fail until the server is back on its store directory. Tasks pending across the outage and tasks
-// created after it (seen only through the new watch: the reconciler is too slow to mask a lost
-// one) all fire, none before its Ax-Due-At, and none is left WAITING.
+// created after it (half of them stored by another party, so seen only through the new watch: the
+// reconciler is too slow to mask a lost one) all fire, none before its Ax-Due-At, and none is
+// left WAITING.
 func TestNATSRestartDuringRewatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -100,11 +101,22 @@ func TestNATSRestartDuringRewatch(t *testing.T) {
 	if !checkFor(10*time.Second, func() bool { return e.nc.Status() == nats.CONNECTED }) {
 		t.Fatal("client not reconnected")
 	}
+	// Half through this bridge's intake (which indexes what it stores), half stored by someone
+	// else (another replica's intake): those reach this bridge only through its new watch.
 	for i := range 10 {
 		id := fmt.Sprintf("rewatch-after-%d", i)
 		ids = append(ids, id)
 		delay := time.Duration(i) * 100 * time.Millisecond
-		e.schedule("rewatch", "y", append([]string{bridge.HeaderTaskID, id, bridge.HeaderDelay, delay.String()}, retry...)...)
+		if i%2 == 0 {
+			e.schedule("rewatch", "y", append([]string{bridge.HeaderTaskID, id, bridge.HeaderDelay, delay.String()}, retry...)...)
+			continue
+		}
+		now := time.Now()
+		if _, err := e.store.Create(context.Background(), &kvstore.Task{ID: id, BizType: "rewatch", Payload: []byte("y"),
+			Status: kvstore.StatusWaiting, DueAt: now.Add(delay).UnixMilli(), MaxRetry: 3, AckWait: 2 * time.Second,
+			Backoff: []time.Duration{100 * time.Millisecond}, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli()}); err != nil {
+			t.Fatalf("store %s: %v", id, err)
+		}
 	}
 
 	seen := map[string]bool{}
@@ -152,7 +164,14 @@ func TestReconcilerFiresDroppedEvent(t *testing.T) {
 	fs := e.startFaultBridge(bridge.Config{Registerer: reg, ReconcileInterval: time.Second, ReconcileGrace: 200 * time.Millisecond})
 	c := e.consume("ax.fire.lost", func(m *nats.Msg) { _ = m.Ack() })
 	fs.Inject(faultstore.Rule{Op: faultstore.OpEvent, ID: "lost-1", Mode: faultstore.Drop, Times: 1})
-	e.schedule("lost", "x", bridge.HeaderTaskID, "lost-1", bridge.HeaderDelay, "200ms")
+	// lost-1 is stored by someone else (another replica's intake), so this bridge learns of it
+	// only through its watch, which loses the event; lost-ok goes through this bridge's intake.
+	now := time.Now()
+	if _, err := e.store.Create(context.Background(), &kvstore.Task{ID: "lost-1", BizType: "lost", Payload: []byte("x"),
+		Status: kvstore.StatusWaiting, DueAt: now.Add(200 * time.Millisecond).UnixMilli(), MaxRetry: 3, AckWait: 30 * time.Second,
+		Backoff: kvstore.DefaultBackoff(), CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
 	e.schedule("lost", "y", bridge.HeaderTaskID, "lost-ok", bridge.HeaderDelay, "200ms")
 
 	seen := map[string]bool{}
