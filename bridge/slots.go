@@ -1,5 +1,7 @@
 package bridge
 
+import "strings"
+
 // slots is the loop's index of live tasks: at most one entry per task id, the next step the task
 // is waiting for (a fire, a pre-read or a lease end), keyed by the UTC Unix ms at which the step
 // is due. Fire steps and housekeeping steps (lease ends) are kept in two min-heaps so that the loop
@@ -69,12 +71,18 @@ func (s *slots) put(id string, due int64, rev uint64, kind jobKind) {
 	if ok {
 		n := &s.nodes[i]
 		s.heaps[heapOf(n.kind)].removeAt(s.nodes, int(n.pos))
-	} else if s.free >= 0 {
-		i = s.free
-		s.free = s.nodes[i].pos
+		id = n.id // the map key's string: hold one copy of the id, not one per caller's string
 	} else {
-		i = int32(len(s.nodes))
-		s.nodes = append(s.nodes, slotNode{})
+		// A copy of its own: the caller's id may be part of a larger string (a KV key, a subject)
+		// that the index would otherwise keep alive for as long as the task is pending.
+		id = strings.Clone(id)
+		if s.free >= 0 {
+			i = s.free
+			s.free = s.nodes[i].pos
+		} else {
+			i = int32(len(s.nodes))
+			s.nodes = append(s.nodes, slotNode{})
+		}
 	}
 	s.seq++
 	s.nodes[i] = slotNode{id: id, rev: rev, kind: kind}
