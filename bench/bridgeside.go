@@ -39,6 +39,7 @@ type bridgeSide struct {
 	subs       []*nats.Subscription
 }
 
+// openBridge connects a client, starts a bridge and waits (a minute at most) until it is ready.
 func (r *runner) openBridge(ctx context.Context, srv *serverSet) (*bridgeSide, error) {
 	nc, err := connect(srv.url(), "bench-client")
 	if err != nil {
@@ -59,6 +60,10 @@ func (r *runner) openBridge(ctx context.Context, srv *serverSet) (*bridgeSide, e
 		s.subs = append(s.subs, sub)
 	}
 	if err := r.startBridge(ctx, s); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := r.ready(ctx, s, time.Minute); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -224,9 +229,6 @@ func (r *runner) bridgeIntake(ctx context.Context, srv *serverSet, x *result) er
 		return err
 	}
 	defer s.close()
-	if err := r.ready(ctx, s, time.Minute); err != nil {
-		return err
-	}
 	f := newFires()
 	if err := s.consume("far", f, nil, nil, nil); err != nil {
 		return err
@@ -253,9 +255,6 @@ func (r *runner) bridgeSpread(ctx context.Context, srv *serverSet, x *result) er
 		return err
 	}
 	defer s.close()
-	if err := r.ready(ctx, s, time.Minute); err != nil {
-		return err
-	}
 	total := r.o.spread
 	var mu sync.Mutex
 	meant := make(map[string]time.Time, total)
@@ -294,9 +293,6 @@ func (r *runner) bridgeBurst(ctx context.Context, srv *serverSet, x *result) err
 		return err
 	}
 	defer s.close()
-	if err := r.ready(ctx, s, time.Minute); err != nil {
-		return err
-	}
 	total := r.o.burst
 	f := newFires()
 	var acked, lastAck atomic.Int64

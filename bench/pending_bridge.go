@@ -29,9 +29,6 @@ func (r *runner) bridgePending(ctx context.Context, srv *serverSet, x *result) e
 		return err
 	}
 	defer s.close()
-	if err := r.ready(ctx, s, time.Minute); err != nil {
-		return err
-	}
 	total := r.o.pending
 	farFires := newFires()
 	if err := s.consume("far", farFires, nil, nil, nil); err != nil {

@@ -17,28 +17,11 @@ import (
 // startFaultBridge is startBridge with the bridge's bucket handle behind a fault injector.
 func (e *env) startFaultBridge(cfg bridge.Config) *faultstore.Store {
 	e.t.Helper()
-	nc, _, store := openStore(e.t, e.srv.ClientURL(), kvstore.Config{})
-	fs := faultstore.New(store)
-	cfg.Logger = testLogger(e.t)
-	b, err := bridge.New(nc, fs, cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.Stop(ctx); err != nil {
-			e.t.Errorf("stop bridge: %v", err)
-		}
+	var fs *faultstore.Store
+	e.startBridgeWrapped(e.srv.ClientURL(), kvstore.Config{}, cfg, func(s *kvstore.JetStore) bridge.Store {
+		fs = faultstore.New(s)
+		return fs
 	})
-	select {
-	case <-b.Ready():
-	case <-time.After(10 * time.Second):
-		e.t.Fatal("bridge not ready")
-	}
 	return fs
 }
 

@@ -93,7 +93,17 @@ func (e *env) startBridge(cfg bridge.Config) *bridge.Bridge {
 // startBridgeOn is startBridge on the server(s) at url, with that bucket configuration.
 func (e *env) startBridgeOn(url string, storeCfg kvstore.Config, cfg bridge.Config) *bridge.Bridge {
 	e.t.Helper()
-	nc, _, store := openStore(e.t, url, storeCfg)
+	return e.startBridgeWrapped(url, storeCfg, cfg, nil)
+}
+
+// startBridgeWrapped is startBridgeOn with wrap (if not nil) between the bridge and its bucket.
+func (e *env) startBridgeWrapped(url string, storeCfg kvstore.Config, cfg bridge.Config, wrap func(*kvstore.JetStore) bridge.Store) *bridge.Bridge {
+	e.t.Helper()
+	nc, _, js := openStore(e.t, url, storeCfg)
+	var store bridge.Store = js
+	if wrap != nil {
+		store = wrap(js)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(e.t)
 	}
