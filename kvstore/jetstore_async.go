@@ -171,7 +171,7 @@ func (s *JetStore) complete(op *asyncOp, connClosed <-chan nats.Status) {
 		op.finish(op.ctx, 0, errConnClosed)
 		return
 	}
-	if s.answered(op) { // a waiter that comes late to an answered op must not call it unknown
+	if answered(op) { // a waiter that comes late to an answered op must not call it unknown
 		return
 	}
 	select {
@@ -180,11 +180,11 @@ func (s *JetStore) complete(op *asyncOp, connClosed <-chan nats.Status) {
 	case err := <-op.paf.Err():
 		op.finish(op.ctx, 0, err)
 	case <-op.ctx.Done():
-		if !s.answered(op) {
+		if !answered(op) {
 			op.finish(op.ctx, 0, fmt.Errorf("kvstore: no answer, outcome unknown: %w", op.ctx.Err()))
 		}
 	case <-connClosed:
-		if !s.answered(op) {
+		if !answered(op) {
 			op.finish(op.ctx, 0, errConnClosed)
 		}
 	}
@@ -192,7 +192,7 @@ func (s *JetStore) complete(op *asyncOp, connClosed <-chan nats.Status) {
 
 // answered calls op's finish if its answer has come (select picks at random among ready cases, so
 // the deadline and the answer are checked apart); false if there is none yet.
-func (s *JetStore) answered(op *asyncOp) bool {
+func answered(op *asyncOp) bool {
 	select {
 	case ack := <-op.paf.Ok():
 		op.finish(op.ctx, ack.Sequence, nil)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/axbridge/axbridge/kvstore"
@@ -126,12 +127,15 @@ func (s *Store) EndWatches() {
 }
 
 // match counts the call and returns the mode of the first rule that applies (0 if none).
-func (s *Store) match(op Op, id string) (Mode, error) {
+func (s *Store) match(op Op, id string) (Mode, error) { return s.matchAny(op, []string{id}) }
+
+// matchAny is match for a call on several ids: a rule applies if its ID is any of them.
+func (s *Store) matchAny(op Op, ids []string) (Mode, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls[op]++
 	for i, r := range s.rules {
-		if r.Op != op || (r.ID != "" && r.ID != id) {
+		if r.Op != op || (r.ID != "" && !slices.Contains(ids, r.ID)) {
 			continue
 		}
 		if r.left > 0 {
@@ -194,25 +198,13 @@ func (s *Store) Get(ctx context.Context, id string) (kvstore.Entry, error) {
 	return s.inner.Get(ctx, id)
 }
 
-// GetMany is the inner GetMany with faults; a rule with an ID applies if any id matches.
+// GetMany is the inner GetMany with faults; a rule with an ID applies if any of ids matches.
 func (s *Store) GetMany(ctx context.Context, ids []string) ([]kvstore.Entry, error) {
-	id := ""
-	s.mu.Lock()
-	for _, r := range s.rules {
-		if r.Op == OpGetMany && r.ID != "" {
-			for _, x := range ids {
-				if x == r.ID {
-					id = x
-				}
-			}
-		}
-	}
-	s.mu.Unlock()
-	mode, ferr := s.match(OpGetMany, id)
+	mode, ferr := s.matchAny(OpGetMany, ids)
 	if mode == ApplyThenTimeout {
 		mode = FailBefore
 	}
-	if err := fault(ctx, OpGetMany, id, mode, ferr); err != nil {
+	if err := fault(ctx, OpGetMany, "", mode, ferr); err != nil {
 		return nil, err
 	}
 	return s.inner.GetMany(ctx, ids)
