@@ -16,19 +16,6 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-// poll checks cond every 10ms until it holds or within has passed.
-func poll(within time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(within); ; {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A claim whose outcome is unknown, and whose read-back keeps failing until after the lease it
 // would have had, is not dropped: once the store answers again the task is claimed and fires.
 func TestClaimUnknownOutcomeOutlastsLease(t *testing.T) {
@@ -44,7 +31,7 @@ func TestClaimUnknownOutcomeOutlastsLease(t *testing.T) {
 	}
 	// The outage outlasts the 500ms lease the claim would have had.
 	start := time.Now()
-	if !poll(10*time.Second, func() bool { return fe.store.Calls(faultstore.OpGet) >= 2 && time.Since(start) > 2*time.Second }) {
+	if !bridge.CheckFor(10*time.Second, func() bool { return fe.store.Calls(faultstore.OpGet) >= 2 && time.Since(start) > 2*time.Second }) {
 		t.Fatalf("the claim was not read back: %d reads", fe.store.Calls(faultstore.OpGet))
 	}
 	fe.store.Clear()
@@ -139,12 +126,12 @@ func TestFailedClaimsHoldNoGoroutines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !poll(20*time.Second, func() bool { return fe.store.Calls(faultstore.OpUpdate) >= n }) {
+	if !bridge.CheckFor(20*time.Second, func() bool { return fe.store.Calls(faultstore.OpUpdate) >= n }) {
 		t.Fatalf("only %d of %d claims tried", fe.store.Calls(faultstore.OpUpdate), n)
 	}
 	// The fault injector's own goroutines end as their calls fail; what remains is the bridge's.
 	extra := 0
-	if !poll(5*time.Second, func() bool { extra = runtime.NumGoroutine() - base; return extra < n/10 }) {
+	if !bridge.CheckFor(5*time.Second, func() bool { extra = runtime.NumGoroutine() - base; return extra < n/10 }) {
 		t.Errorf("%d goroutines more than before the outage, for %d failed claims", extra, n)
 	}
 }
