@@ -24,8 +24,8 @@ import (
 
 const (
 	bizType   = "orders"
-	upfront   = 2000            // tasks scheduled at the start, due over the next minute
-	steady    = 1000            // tasks scheduled while the faults go on, due within seconds
+	upfront   = 2000             // tasks scheduled at the start, due over the next minute
+	steady    = 1000             // tasks scheduled while the faults go on, due within seconds
 	spread    = 60 * time.Second // due times of the upfront tasks: from firstDue to firstDue+spread
 	firstDue  = 5 * time.Second
 	ackWait   = 5 * time.Second // Ax-Ack-Wait of every task: the lease

@@ -61,7 +61,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Registerer = reg
-	hc := &health{} // /healthz and /readyz, next to /metrics
+	hc := &health{} // serves /healthz and /readyz next to /metrics once the bridge exists
+
 	if o.metricsAddr != "" { // bound before anything starts, so a taken address stops nothing
 		srv, err := serveMetrics(o.metricsAddr, reg, hc, log)
 		if err != nil {
