@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -96,10 +97,17 @@ func (s *stack) up(ctx context.Context) {
 	}
 }
 
-// down keeps the last log lines when the test failed, then removes everything, volumes included.
+// down saves every service's log to build/<project>.log (gitignored), shows the last lines when
+// the test failed, then removes everything, volumes included.
 func (s *stack) down() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	if out, err := s.compose(ctx, "logs", "--no-color", "--timestamps"); err == nil {
+		path := filepath.Join("build", s.project+".log")
+		if err := os.WriteFile(path, []byte(out), 0o644); err == nil {
+			s.t.Logf("service logs saved in docker/%s", path)
+		}
+	}
 	if s.t.Failed() {
 		out, _ := s.compose(ctx, "logs", "--no-color", "--timestamps", "--tail", "150")
 		s.t.Logf("docker-compose logs (last lines):\n%s", out)
