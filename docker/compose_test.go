@@ -8,6 +8,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -114,7 +115,8 @@ func TestComposeFaults(t *testing.T) {
 			t.Fatalf("after %s: %v", name, err)
 		}
 		f.recovered = f.healed.Add(took)
-		t.Logf("fault %s: %s → healed %s → healthy %s", name, f.start.Format(time.StampMilli), f.healed.Format(time.StampMilli), f.recovered.Format(time.StampMilli))
+		t.Logf("fault %s: %s → healed %s → healthy %s (last to recover: %s)", name, f.start.Format(time.StampMilli),
+			f.healed.Format(time.StampMilli), f.recovered.Format(time.StampMilli), cmp.Or(s.lastUnhealthy, "none was down"))
 		faults = append(faults, f)
 	}
 

@@ -36,6 +36,8 @@ type stack struct {
 	monPorts  []int             // host ports of nats-1..3's monitoring port
 	images    []string
 
+	lastUnhealthy string // waitHealthy's last failure before success
+
 	mu  sync.Mutex
 	ids map[string]string // service → container id
 }
@@ -170,13 +172,14 @@ func (s *stack) healthy(ctx context.Context, service string) error {
 	return nil
 }
 
-// waitHealthy polls every service until all are healthy at once, and says how long that took.
+// waitHealthy polls every service until all are healthy at once, and says how long that took;
+// s.lastUnhealthy keeps the last failure seen before (what was slowest to come back).
 func (s *stack) waitHealthy(ctx context.Context, within time.Duration) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(within)
-	var last error
+	s.lastUnhealthy = ""
 	for {
-		last = nil
+		var last error
 		for _, svc := range append(append([]string{}, natsServices...), bridgeServices...) {
 			if err := s.healthy(ctx, svc); err != nil {
 				last = err
@@ -186,6 +189,7 @@ func (s *stack) waitHealthy(ctx context.Context, within time.Duration) (time.Dur
 		if last == nil {
 			return time.Since(start), nil
 		}
+		s.lastUnhealthy = last.Error()
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("not healthy within %v: %v", within, last)
 		}
