@@ -1,0 +1,442 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/axbridge/axbridge/internal/natstest"
+)
+
+// These tests run the binary's own run(): its flags, its connection code, its logger at debug
+// level. Each secure setup is proven by a task that fires through a bridge connected with it; each
+// refusal by run failing to connect; and no log line or error of any run carries a secret.
+
+// logBuffer collects a run's log output; it is written by run's goroutines and read by the test.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// bridgeArgs are the flags every run here gets besides the connection ones: debug logs as JSON,
+// no metrics listener, a data dir and replica id of the test's own.
+func bridgeArgs(t *testing.T, args ...string) []string {
+	return append([]string{"--log-format", "json", "--log-level", "debug", "--metrics-addr", "",
+		"--data-dir", t.TempDir(), "--replica-id", "sec", "--stop-timeout", "10s"}, args...)
+}
+
+// runBridge runs the binary's run with args until the test ends, waits until it is ready, and
+// returns its log.
+func runBridge(t *testing.T, args ...string) *logBuffer {
+	t.Helper()
+	logs := &logBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, bridgeArgs(t, args...), logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("run did not return after cancel")
+		}
+	})
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(logs.String(), `"msg":"ready:`) {
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("run returned before it was ready: %v\n%s", err, logs)
+		case <-deadline:
+			t.Fatalf("bridge not ready\n%s", logs)
+		case <-tick.C:
+		}
+	}
+	return logs
+}
+
+// runRefused runs the binary's run with args, expects it to fail (to connect), and returns the
+// error and the log.
+func runRefused(t *testing.T, args ...string) (error, string) {
+	t.Helper()
+	logs := &logBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, bridgeArgs(t, args...), logs)
+	if err == nil {
+		t.Fatalf("run %q succeeded, want it refused\n%s", args, logs)
+	}
+	t.Logf("refused as expected: %v", err)
+	return err, logs.String()
+}
+
+// fires schedules a task as a client connected with opts and waits until the bridge fires it.
+func fires(t *testing.T, url string, opts ...nats.Option) {
+	t.Helper()
+	nc := natstest.Connect(t, url, opts...)
+	sub, err := nc.SubscribeSync("ax.fire.sec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("ax.schedule.sec")
+	m.Header.Set("Ax-Task-Id", "sec-1")
+	m.Data = []byte("payload")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("schedule: %v", err)
+	}
+	got, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no fire: %v", err)
+	}
+	if got.Header.Get("Ax-Task-Id") != "sec-1" {
+		t.Fatalf("fired %v", got.Header)
+	}
+	if err := got.Respond(nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noSecrets fails if any of secrets appears in any of texts.
+func noSecrets(t *testing.T, texts []string, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if s == "" {
+			t.Fatal("empty secret")
+		}
+		for _, text := range texts {
+			if strings.Contains(text, s) {
+				t.Errorf("secret %q appears in:\n%s", s, text)
+			}
+		}
+	}
+}
+
+// pki is a CA with a server certificate for 127.0.0.1 and a client certificate, as PEM files.
+type pki struct {
+	ca, serverCert, serverKey, clientCert, clientKey string
+}
+
+func newPKI(t *testing.T, name string) pki {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pki{ca: filepath.Join(dir, "ca.pem")}
+	writePEM(t, p.ca, "CERTIFICATE", caDER)
+	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certFile, keyFile = filepath.Join(dir, cn+".pem"), filepath.Join(dir, cn+"-key.pem")
+		writePEM(t, certFile, "CERTIFICATE", der)
+		writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
+		return certFile, keyFile
+	}
+	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth)
+	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth)
+	return p
+}
+
+func writePEM(t *testing.T, file, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withTLS makes the server require TLS with p's server certificate, and client certificates
+// signed by p's CA if verify.
+func withTLS(t *testing.T, p pki, verify bool) natstest.Option {
+	t.Helper()
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: p.serverCert, KeyFile: p.serverKey, CaFile: p.ca, Verify: verify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(o *server.Options) {
+		o.TLSConfig, o.TLSVerify, o.TLSTimeout = tc, verify, 5
+	}
+}
+
+// TLS with a CA made here: --tlsca with that CA connects (a task fires), another CA is refused.
+func TestTLSWithCA(t *testing.T) {
+	t.Parallel()
+	p, other := newPKI(t, "ax"), newPKI(t, "other")
+	srv := natstest.RunServer(t, withTLS(t, p, false))
+	url := strings.Replace(srv.ClientURL(), "nats://", "tls://", 1)
+
+	runBridge(t, "--nats-url", url, "--tlsca", p.ca)
+	fires(t, url, nats.RootCAs(p.ca))
+
+	err, _ := runRefused(t, "--nats-url", url, "--tlsca", other.ca)
+	if !strings.Contains(err.Error(), "unknown authority") {
+		t.Errorf("err %v, want the server's certificate refused as signed by an unknown authority", err)
+	}
+}
+
+// Mutual TLS (the server verifies client certificates): without one the connection is refused;
+// with --tlscert/--tlskey it works.
+func TestMutualTLS(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t, "ax")
+	srv := natstest.RunServer(t, withTLS(t, p, true))
+	url := strings.Replace(srv.ClientURL(), "nats://", "tls://", 1)
+
+	if err, _ := runRefused(t, "--nats-url", url, "--tlsca", p.ca); !strings.Contains(err.Error(), "tls") {
+		t.Errorf("err %v, want a TLS error", err)
+	}
+	runBridge(t, "--nats-url", url, "--tlsca", p.ca, "--tlscert", p.clientCert, "--tlskey", p.clientKey)
+	fires(t, url, nats.RootCAs(p.ca), nats.ClientCert(p.clientCert, p.clientKey))
+}
+
+// NKey authentication with --nkey (a seed file); another key is refused; the seed is never logged.
+func TestNKeyAuth(t *testing.T) {
+	t.Parallel()
+	user, seedFile, seed := newNKey(t)
+	_, otherFile, otherSeed := newNKey(t)
+	pub, _ := user.PublicKey()
+	srv := natstest.RunServer(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
+
+	logs := runBridge(t, "--nats-url", srv.ClientURL(), "--nkey", seedFile)
+	opt, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fires(t, srv.ClientURL(), opt)
+
+	err, refusedLog := runRefused(t, "--nats-url", srv.ClientURL(), "--nkey", otherFile)
+	noSecrets(t, []string{logs.String(), refusedLog, err.Error()}, seed, otherSeed)
+}
+
+func newNKey(t *testing.T) (nkeys.KeyPair, string, string) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "bridge.nk")
+	if err := os.WriteFile(file, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kp, file, string(seed)
+}
+
+// User and password: the right ones connect; a wrong password, also one in the URL, is refused;
+// neither password appears in any log line or error.
+func TestUserPassword(t *testing.T) {
+	t.Parallel()
+	const password, wrong = "s3cret-Passw0rd-right", "s3cret-Passw0rd-wrong"
+	srv := natstest.RunServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "bridge", Password: password}}
+	})
+	url := srv.ClientURL()
+	hostURL := strings.TrimPrefix(url, "nats://")
+
+	logs := runBridge(t, "--nats-url", url, "--user", "bridge", "--password", password)
+	fires(t, url, nats.UserInfo("bridge", password))
+
+	// The password in the URL instead: logged as connected, with the password redacted.
+	inURL := runBridge(t, "--nats-url", "nats://bridge:"+password+"@"+hostURL, "--replica-id", "sec-url")
+	if !strings.Contains(inURL.String(), `"msg":"connected to NATS"`) {
+		t.Errorf("no connected line in\n%s", inURL)
+	}
+
+	texts := []string{logs.String(), inURL.String()}
+	for _, args := range [][]string{
+		{"--nats-url", url, "--user", "bridge", "--password", wrong},
+		{"--nats-url", "nats://bridge:" + wrong + "@" + hostURL},
+		{"--nats-url", "bridge:" + wrong + "@" + hostURL + ",nats://" + wrong + "@" + hostURL},
+	} {
+		err, log := runRefused(t, args...)
+		if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			t.Errorf("err %v, want an authorization error", err)
+		}
+		texts = append(texts, log, err.Error())
+	}
+	noSecrets(t, texts, password, wrong)
+}
+
+// A token (--token) connects; a wrong one is refused; neither is logged.
+func TestToken(t *testing.T) {
+	t.Parallel()
+	const token, wrong = "tok-3f9a1c-right", "tok-3f9a1c-wrong"
+	srv := natstest.RunServer(t, func(o *server.Options) { o.Authorization = token })
+
+	logs := runBridge(t, "--nats-url", srv.ClientURL(), "--token", token)
+	fires(t, srv.ClientURL(), nats.Token(token))
+	err, refusedLog := runRefused(t, "--nats-url", srv.ClientURL(), "--token", wrong)
+	noSecrets(t, []string{logs.String(), refusedLog, err.Error()}, token, wrong)
+}
+
+// A creds file (user JWT and seed) on a server in operator mode: an operator, an account with
+// JetStream and a user made here, the account JWT in a memory resolver. The bridge connects with
+// --creds and fires a task; the seed and the JWT are never logged.
+func TestCredsFile(t *testing.T) {
+	t.Parallel()
+	operator, err := nkeys.CreateOperator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opPub, _ := operator.PublicKey()
+	opClaims := jwt.NewOperatorClaims(opPub)
+	opJWT, err := opClaims.Encode(operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opDecoded, err := jwt.DecodeOperatorClaims(opJWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver := &server.MemAccResolver{}
+	account := func(name string, js bool) (nkeys.KeyPair, string) {
+		kp, err := nkeys.CreateAccount()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		ac := jwt.NewAccountClaims(pub)
+		ac.Name = name
+		if js {
+			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		}
+		aj, err := ac.Encode(operator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := resolver.Store(pub, aj); err != nil {
+			t.Fatal(err)
+		}
+		return kp, pub
+	}
+	_, sysPub := account("SYS", false)
+	app, _ := account("APP", true)
+	userCreds := func(name string) (file, userJWT, seed string) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		uc := jwt.NewUserClaims(pub)
+		uc.Name = name
+		if userJWT, err = uc.Encode(app); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := kp.Seed()
+		creds, err := jwt.FormatUserConfig(userJWT, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file = filepath.Join(t.TempDir(), name+".creds")
+		if err := os.WriteFile(file, creds, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return file, userJWT, string(s)
+	}
+	bridgeCreds, bridgeJWT, bridgeSeed := userCreds("bridge")
+	clientCreds, _, _ := userCreds("client")
+
+	srv := natstest.RunServer(t, func(o *server.Options) {
+		o.TrustedOperators = []*jwt.OperatorClaims{opDecoded}
+		o.AccountResolver = resolver
+		o.SystemAccount = sysPub
+	})
+	logs := runBridge(t, "--nats-url", srv.ClientURL(), "--creds", bridgeCreds)
+	fires(t, srv.ClientURL(), nats.UserCredentials(clientCreds))
+	// The JWT's signature part, and the seed, are what a reader of the log could use.
+	sig := bridgeJWT[strings.LastIndex(bridgeJWT, ".")+1:]
+	noSecrets(t, []string{logs.String()}, bridgeSeed, sig)
+}
+
+// Authentication flags that nats.go would take as something else, or ignore, are errors.
+func TestAuthFlagsPaired(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--user", "ann"}, "--user needs --password"},
+		{[]string{"--password", "pw"}, "--password needs --user"},
+		{[]string{"--tlscert", "c.pem"}, "--tlscert and --tlskey"},
+		{[]string{"--tlskey", "k.pem"}, "--tlscert and --tlskey"},
+	} {
+		err := run(context.Background(), bridgeArgs(t, append([]string{"--nats-url", "nats://127.0.0.1:1"}, tc.args...)...), &logBuffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
