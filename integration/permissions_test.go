@@ -271,6 +271,12 @@ func TestRolePermissions(t *testing.T) {
 	if err != nil || !strings.Contains(string(entry.Value()), `"CANCELLED"`) {
 		t.Fatalf("operator reads order-2 from the bucket: %v %q", err, entryValue(entry))
 	}
+	if _, err := kv.GetRevision(ctx, entry.Key(), entry.Revision()); err != nil { // nats kv get --revision
+		t.Fatalf("operator reads a revision of order-2: %v", err)
+	}
+	if m, err := op.nc.Request("$SRV.PING", nil, 5*time.Second); err != nil || !strings.Contains(string(m.Data), `"axbridge"`) {
+		t.Fatalf("operator service ping: %v %v", m, err)
+	}
 	if m, err := op.nc.Request("$SRV.INFO.axbridge", nil, 5*time.Second); err != nil || !strings.Contains(string(m.Data), `"ax.api.task.get"`) {
 		t.Fatalf("operator service info: %v %v", m, err)
 	}
