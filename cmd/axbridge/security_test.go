@@ -316,6 +316,14 @@ func TestUserPassword(t *testing.T) {
 		t.Errorf("no connected line in\n%s", inURL)
 	}
 
+	// A server restart: both bridges log the disconnect and the reconnect, URL included.
+	srv.Restart(t)
+	for _, l := range []*logBuffer{logs, inURL} {
+		if !poll(30*time.Second, func() bool { return strings.Contains(l.String(), `"msg":"NATS reconnected"`) }) {
+			t.Fatalf("no reconnect logged in\n%s", l)
+		}
+	}
+
 	texts := []string{logs.String(), inURL.String()}
 	for _, args := range [][]string{
 		{"--nats-url", url, "--user", "bridge", "--password", wrong},
@@ -439,4 +447,15 @@ func TestAuthFlagsPaired(t *testing.T) {
 			t.Errorf("%q: err %v, want %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// -h lists the flags with their defaults, not with values taken from the environment.
+func TestHelpShowsNoSecrets(t *testing.T) {
+	t.Setenv("AX_PASSWORD", "env-password-0xdead")
+	t.Setenv("AX_TOKEN", "env-token-0xbeef")
+	var out bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &out); err == nil || !strings.Contains(out.String(), "-password") {
+		t.Fatalf("-h: err %v, output %q", err, out.String())
+	}
+	noSecrets(t, []string{out.String()}, "env-password-0xdead", "env-token-0xbeef")
 }
