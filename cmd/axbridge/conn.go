@@ -40,10 +40,10 @@ func connect(o options, ns *server.Server, log *slog.Logger) (*nats.Conn, error)
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {
-				log.Error("NATS", "subject", sub.Subject, "err", err)
+				log.Error("NATS error", "subject", sub.Subject, "err", err)
 				return
 			}
-			log.Error("NATS", "err", err)
+			log.Error("NATS error", "err", err)
 		}),
 	}
 	addr := o.natsURL

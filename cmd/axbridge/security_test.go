@@ -459,3 +459,53 @@ func TestHelpShowsNoSecrets(t *testing.T) {
 	}
 	noSecrets(t, []string{out.String()}, "env-password-0xdead", "env-token-0xbeef")
 }
+
+// The binary as the compose file runs it: user bridge of docker/nats/auth.conf (the file itself,
+// passwords from the environment). A task scheduled by the file's producer fires to its
+// consumer, whose AckSync the bridge answers, and the bridge logs no error: no permission it
+// needs is missing from the file.
+func TestBinaryUnderBridgeRole(t *testing.T) {
+	pw := map[string]string{}
+	for _, user := range []string{"bridge", "producer", "consumer", "operator"} {
+		pw[user] = "role-" + user + "-" + nats.NewInbox()[len(nats.InboxPrefix):]
+		t.Setenv("AX_"+strings.ToUpper(user)+"_PASSWORD", pw[user])
+	}
+	parsed, err := server.ProcessConfigFile("../../docker/nats/auth.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.RunServer(t, func(o *server.Options) { o.Users = parsed.Users })
+	url := srv.ClientURL()
+	logs := runBridge(t, "--nats-url", url, "--user", "bridge", "--password", pw["bridge"])
+
+	cons := natstest.Connect(t, url, nats.UserInfo("consumer", pw["consumer"]), nats.CustomInboxPrefix("_INBOX_consumer"))
+	acked := make(chan error, 1)
+	if _, err := cons.QueueSubscribe("ax.fire.order", "workers", func(m *nats.Msg) { acked <- m.AckSync() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cons.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	prod := natstest.Connect(t, url, nats.UserInfo("producer", pw["producer"]), nats.CustomInboxPrefix("_INBOX_producer"))
+	js, err := jetstream.New(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, "ax.schedule.order", []byte("o")); err != nil {
+		t.Fatalf("schedule: %v", err)
+	}
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatalf("AckSync: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fire")
+	}
+	if strings.Contains(logs.String(), `"level":"ERROR"`) {
+		t.Errorf("the bridge logged errors:\n%s", logs)
+	}
+	noSecrets(t, []string{logs.String()}, pw["bridge"])
+}
