@@ -3,18 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,204 +22,6 @@ import (
 // level. Each secure setup is proven by a task that fires through a bridge connected with it; each
 // refusal by run failing to connect; and no log line or error of any run carries a secret.
 
-// logBuffer collects a run's log output; it is written by run's goroutines and read by the test.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// bridgeArgs are the flags every run here gets besides the connection ones: debug logs as JSON,
-// no metrics listener, a data dir and replica id of the test's own.
-func bridgeArgs(t *testing.T, args ...string) []string {
-	return append([]string{"--log-format", "json", "--log-level", "debug", "--metrics-addr", "",
-		"--data-dir", t.TempDir(), "--replica-id", "sec", "--stop-timeout", "10s"}, args...)
-}
-
-// runBridge runs the binary's run with args until the test ends, waits until it is ready, and
-// returns its log.
-func runBridge(t *testing.T, args ...string) *logBuffer {
-	t.Helper()
-	logs := &logBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, bridgeArgs(t, args...), logs) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("run did not return after cancel")
-		}
-	})
-	deadline := time.After(30 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !strings.Contains(logs.String(), `"msg":"ready:`) {
-		select {
-		case err := <-done:
-			done <- err // for the cleanup
-			t.Fatalf("run returned before it was ready: %v\n%s", err, logs)
-		case <-deadline:
-			t.Fatalf("bridge not ready\n%s", logs)
-		case <-tick.C:
-		}
-	}
-	return logs
-}
-
-// runRefused runs the binary's run with args, expects it to fail (to connect), and returns the
-// error and the log.
-func runRefused(t *testing.T, args ...string) (error, string) {
-	t.Helper()
-	logs := &logBuffer{}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := run(ctx, bridgeArgs(t, args...), logs)
-	if err == nil {
-		t.Fatalf("run %q succeeded, want it refused\n%s", args, logs)
-	}
-	t.Logf("refused as expected: %v", err)
-	return err, logs.String()
-}
-
-// fires schedules a task as a client connected with opts and waits until the bridge fires it.
-func fires(t *testing.T, url string, opts ...nats.Option) {
-	t.Helper()
-	nc := natstest.Connect(t, url, opts...)
-	sub, err := nc.SubscribeSync("ax.fire.sec")
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := nats.NewMsg("ax.schedule.sec")
-	m.Header.Set("Ax-Task-Id", "sec-1")
-	m.Data = []byte("payload")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		t.Fatalf("schedule: %v", err)
-	}
-	got, err := sub.NextMsg(10 * time.Second)
-	if err != nil {
-		t.Fatalf("no fire: %v", err)
-	}
-	if got.Header.Get("Ax-Task-Id") != "sec-1" {
-		t.Fatalf("fired %v", got.Header)
-	}
-	if err := got.Respond(nil); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// noSecrets fails if any of secrets appears in any of texts.
-func noSecrets(t *testing.T, texts []string, secrets ...string) {
-	t.Helper()
-	for _, s := range secrets {
-		if s == "" {
-			t.Fatal("empty secret")
-		}
-		for _, text := range texts {
-			if strings.Contains(text, s) {
-				t.Errorf("secret %q appears in:\n%s", s, text)
-			}
-		}
-	}
-}
-
-// pki is a CA with a server certificate for 127.0.0.1 and a client certificate, as PEM files.
-type pki struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newPKI(t *testing.T, name string) pki {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pki{ca: filepath.Join(dir, "ca.pem")}
-	writePEM(t, p.ca, "CERTIFICATE", caDER)
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile = filepath.Join(dir, cn+".pem"), filepath.Join(dir, cn+"-key.pem")
-		writePEM(t, certFile, "CERTIFICATE", der)
-		writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
-		return certFile, keyFile
-	}
-	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// withTLS makes the server require TLS with p's server certificate, and client certificates
-// signed by p's CA if verify.
-func withTLS(t *testing.T, p pki, verify bool) natstest.Option {
-	t.Helper()
-	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: p.serverCert, KeyFile: p.serverKey, CaFile: p.ca, Verify: verify})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func(o *server.Options) {
-		o.TLSConfig, o.TLSVerify, o.TLSTimeout = tc, verify, 5
-	}
-}
-
 // TLS with a CA made here: --tlsca with that CA connects (a task fires), another CA is refused.
 func TestTLSWithCA(t *testing.T) {
 	t.Parallel()
@@ -239,7 +32,7 @@ func TestTLSWithCA(t *testing.T) {
 	runBridge(t, "--nats-url", url, "--tlsca", p.ca)
 	fires(t, url, nats.RootCAs(p.ca))
 
-	err, _ := runRefused(t, "--nats-url", url, "--tlsca", other.ca)
+	_, err := runRefused(t, "--nats-url", url, "--tlsca", other.ca)
 	if !strings.Contains(err.Error(), "unknown authority") {
 		t.Errorf("err %v, want the server's certificate refused as signed by an unknown authority", err)
 	}
@@ -253,7 +46,7 @@ func TestMutualTLS(t *testing.T) {
 	srv := natstest.RunServer(t, withTLS(t, p, true))
 	url := strings.Replace(srv.ClientURL(), "nats://", "tls://", 1)
 
-	if err, _ := runRefused(t, "--nats-url", url, "--tlsca", p.ca); !strings.Contains(err.Error(), "tls") {
+	if _, err := runRefused(t, "--nats-url", url, "--tlsca", p.ca); !strings.Contains(err.Error(), "tls") {
 		t.Errorf("err %v, want a TLS error", err)
 	}
 	runBridge(t, "--nats-url", url, "--tlsca", p.ca, "--tlscert", p.clientCert, "--tlskey", p.clientKey)
@@ -275,7 +68,7 @@ func TestNKeyAuth(t *testing.T) {
 	}
 	fires(t, srv.ClientURL(), opt)
 
-	err, refusedLog := runRefused(t, "--nats-url", srv.ClientURL(), "--nkey", otherFile)
+	refusedLog, err := runRefused(t, "--nats-url", srv.ClientURL(), "--nkey", otherFile)
 	noSecrets(t, []string{logs.String(), refusedLog, err.Error()}, seed, otherSeed)
 }
 
@@ -330,7 +123,7 @@ func TestUserPassword(t *testing.T) {
 		{"--nats-url", "nats://bridge:" + wrong + "@" + hostURL},
 		{"--nats-url", "bridge:" + wrong + "@" + hostURL + ",nats://" + wrong + "@" + hostURL},
 	} {
-		err, log := runRefused(t, args...)
+		log, err := runRefused(t, args...)
 		if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 			t.Errorf("err %v, want an authorization error", err)
 		}
@@ -347,7 +140,7 @@ func TestToken(t *testing.T) {
 
 	logs := runBridge(t, "--nats-url", srv.ClientURL(), "--token", token)
 	fires(t, srv.ClientURL(), nats.Token(token))
-	err, refusedLog := runRefused(t, "--nats-url", srv.ClientURL(), "--token", wrong)
+	refusedLog, err := runRefused(t, "--nats-url", srv.ClientURL(), "--token", wrong)
 	noSecrets(t, []string{logs.String(), refusedLog, err.Error()}, token, wrong)
 }
 
