@@ -15,7 +15,6 @@ import (
 
 	"github.com/lmittmann/tint"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -39,8 +38,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--backoff %q: %w", o.backoff, err)
 	}
-	if o.user != "" && o.password == "" {
-		return errors.New("--user needs --password (for a token, use --token)")
+	if err := checkAuth(o); err != nil {
+		return err
 	}
 	replica, err := replicaID(o.replicaID, o.dataDir, os.Hostname, log.Warn)
 	if err != nil {
@@ -148,52 +147,6 @@ func startEmbedded(o options, log *slog.Logger) (*server.Server, error) {
 	}
 	log.Info("embedded NATS server running", "url", ns.ClientURL(), "store", dir)
 	return ns, nil
-}
-
-func connect(o options, ns *server.Server, log *slog.Logger) (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name("axbridge"),
-		nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("NATS disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrl()) }),
-	}
-	url := o.natsURL
-	if ns != nil {
-		url = ns.ClientURL()
-		opts = append(opts, nats.InProcessServer(ns))
-	}
-	if o.creds != "" {
-		opts = append(opts, nats.UserCredentials(o.creds))
-	}
-	if o.nkey != "" {
-		opt, err := nats.NkeyOptionFromSeed(o.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nkey: %w", err)
-		}
-		opts = append(opts, opt)
-	}
-	if o.user != "" {
-		opts = append(opts, nats.UserInfo(o.user, o.password))
-	}
-	if o.token != "" {
-		opts = append(opts, nats.Token(o.token))
-	}
-	if o.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(o.tlsCA))
-	}
-	if o.tlsCert != "" || o.tlsKey != "" {
-		opts = append(opts, nats.ClientCert(o.tlsCert, o.tlsKey))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
-	}
-	log.Info("connected to NATS", "url", nc.ConnectedUrl())
-	return nc, nil
 }
 
 func serveMetrics(addr string, reg *prometheus.Registry, hc *health, log *slog.Logger) (*http.Server, error) {
