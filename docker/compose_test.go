@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +25,7 @@ import (
 )
 
 const (
-	bizType   = "orders"
+	bizType   = "order"          // the bizType nats/auth.conf scopes the producer and consumer to
 	upfront   = 2000             // tasks scheduled at the start, due over the next minute
 	steady    = 1000             // tasks scheduled while the faults go on, due within seconds
 	spread    = 60 * time.Second // due times of the upfront tasks: from firstDue to firstDue+spread
@@ -48,9 +49,17 @@ func TestComposeFaults(t *testing.T) {
 	s.up(ctx)
 	t.Logf("stack %s up", s.project)
 
+	// Each party connects as its role in nats/auth.conf, with the role's inbox prefix
+	// (permissions.md); the bridge's role reads the bucket at the end.
+	var asyncErrs errorLog
 	connect := func(user string) *nats.Conn {
-		nc, err := nats.Connect(s.natsURLs(), nats.UserInfo(user, s.passwords[user]), nats.Name("compose-test-"+user),
-			nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.PingInterval(2*time.Second))
+		opts := []nats.Option{nats.UserInfo(user, s.passwords[user]), nats.Name("compose-test-" + user),
+			nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.PingInterval(2 * time.Second),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { asyncErrs.add(user, err) })}
+		if user != "bridge" {
+			opts = append(opts, nats.CustomInboxPrefix("_INBOX_"+user))
+		}
+		nc, err := nats.Connect(s.natsURLs(), opts...)
 		if err != nil {
 			t.Fatalf("connect as %s: %v", user, err)
 		}
@@ -199,6 +208,13 @@ func TestComposeFaults(t *testing.T) {
 	if v.statuses[kvstore.StatusSuccess] != len(all) {
 		t.Errorf("final statuses %v, want all %d SUCCESS", v.statuses, len(all))
 	}
+	for _, e := range asyncErrs.all() {
+		if strings.Contains(strings.ToLower(e), "permissions violation") {
+			t.Errorf("refused by the roles of nats/auth.conf: %s", e)
+		} else {
+			t.Logf("asynchronous client error: %s", e)
+		}
+	}
 	if v.repeats["nak"] == 0 {
 		t.Errorf("no retry after a -NAK was seen: the consumer's refusals did not reach the bridge")
 	}
@@ -267,4 +283,22 @@ func (s *stack) run(ctx context.Context, args ...string) error {
 		return fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
+}
+
+// errorLog keeps the asynchronous errors of the test's own connections.
+type errorLog struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (l *errorLog) add(user string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, user+": "+err.Error())
+}
+
+func (l *errorLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.errs)
 }
