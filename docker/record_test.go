@@ -94,6 +94,7 @@ type verdict struct {
 	lost, early, sameAttempt  []string
 	lowerAttempt, unexplained []string
 	repeats                   map[string]int // cause (a fault's name, or "nak") → repeats
+	outOfOrder                map[string]int // fault → receipts of an attempt lower than one already received
 	firstLater                int            // tasks whose first receipt had attempt > 1 (an attempt that never reached the consumer)
 	lateness                  []time.Duration
 	faultLate                 map[string]time.Duration // fault → worst lateness of a first receipt due while it lasted
@@ -101,14 +102,18 @@ type verdict struct {
 	statuses                  map[kvstore.Status]int
 }
 
-// judge checks every accepted task's receipts and its final record. A repeat (a receipt after
-// the first) must carry a higher attempt than every earlier one and be explained: by the
-// consumer's own -NAK of the attempt before, or by a fault whose window (from its start to its
-// recovery plus one lease and slack) holds the earlier receipt or the repeat itself.
+// judge checks every accepted task's receipts and its final record. No attempt may arrive twice.
+// A repeat (a receipt after the first) must be explained: by the consumer's own -NAK of the
+// attempt before, or by a fault whose window (from its start to its recovery plus one lease and
+// slack) holds the earlier receipt or the repeat itself. A receipt must carry a higher attempt
+// than every earlier one, except inside a fault's window: a bridge cut off the network may have
+// published an attempt that reaches the consumer only when the network is back, after the lease
+// expired and another replica fired the next attempt (each attempt still arrives once, and the
+// late one's ack is ignored by its fencing token); those are counted apart.
 func (r *recorder) judge(ids []string, faults []fault, lease time.Duration, records map[string]kvstore.Entry, now time.Time) verdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := verdict{tasks: len(ids), repeats: map[string]int{}, faultLate: map[string]time.Duration{}, statuses: map[kvstore.Status]int{}}
+	v := verdict{tasks: len(ids), repeats: map[string]int{}, outOfOrder: map[string]int{}, faultLate: map[string]time.Duration{}, statuses: map[kvstore.Status]int{}}
 	v.unexplained = append(v.unexplained, r.bad...)
 	inWindow := func(f fault, t time.Time) bool {
 		return !t.Before(f.start.Add(-time.Second)) && !t.After(f.recovered.Add(lease+5*time.Second))
@@ -144,19 +149,23 @@ func (r *recorder) judge(ids []string, faults []fault, lease time.Duration, reco
 				continue
 			}
 			prev := rs[i-1]
-			if rc.attempt <= slices.MaxFunc(rs[:i], func(a, b receipt) int { return a.attempt - b.attempt }).attempt {
-				v.lowerAttempt = append(v.lowerAttempt, fmt.Sprintf("%s attempt %d at %s after attempt %d", id, rc.attempt, rc.at.Format(time.StampMilli), prev.attempt))
+			if highest := slices.MaxFunc(rs[:i], func(a, b receipt) int { return a.attempt - b.attempt }).attempt; rc.attempt < highest {
+				// An earlier attempt arriving after a later one: a fire that sat in a cut-off
+				// bridge's socket until the network came back. Allowed only inside a fault.
+				what := fmt.Sprintf("%s attempt %d at %s after attempt %d", id, rc.attempt, rc.at.Format(time.StampMilli), highest)
+				if f, ok := faultAt(faults, rc.at, inWindow); ok {
+					v.outOfOrder[f]++
+				} else {
+					v.lowerAttempt = append(v.lowerAttempt, what)
+				}
 			}
 			cause := ""
 			if prev.nak {
 				cause = "nak"
-			} else {
-				for _, f := range faults {
-					if inWindow(f, prev.at) || inWindow(f, rc.at) {
-						cause = f.name
-						break
-					}
-				}
+			} else if f, ok := faultAt(faults, prev.at, inWindow); ok {
+				cause = f
+			} else if f, ok := faultAt(faults, rc.at, inWindow); ok {
+				cause = f
 			}
 			if cause == "" {
 				v.unexplained = append(v.unexplained, fmt.Sprintf("%s attempt %d at %s after attempt %d at %s", id, rc.attempt, rc.at.Format(time.StampMilli), prev.attempt, prev.at.Format(time.StampMilli)))
@@ -183,6 +192,16 @@ func (r *recorder) judge(ids []string, faults []fault, lease time.Duration, reco
 	return v
 }
 
+// faultAt names the first fault whose window holds t.
+func faultAt(faults []fault, t time.Time, inWindow func(fault, time.Time) bool) (string, bool) {
+	for _, f := range faults {
+		if inWindow(f, t) {
+			return f.name, true
+		}
+	}
+	return "", false
+}
+
 // quantile of sorted-in-place durations.
 func quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
@@ -194,7 +213,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 func (v verdict) summary(faults []fault, t0 time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "tasks %d, fires %d, lost %d, early %d, same attempt twice %d, lower attempt after higher %d, unexplained repeats %d, bad records %d\n",
+	fmt.Fprintf(&b, "tasks %d, fires %d, lost %d, early %d, same attempt twice %d, lower attempt after higher outside a fault %d, unexplained repeats %d, bad records %d\n",
 		v.tasks, v.fires, len(v.lost), len(v.early), len(v.sameAttempt), len(v.lowerAttempt), len(v.unexplained), len(v.badRecords))
 	causes := make([]string, 0, len(v.repeats))
 	for c := range v.repeats {
@@ -203,6 +222,11 @@ func (v verdict) summary(faults []fault, t0 time.Time) string {
 	sort.Strings(causes)
 	for _, c := range causes {
 		fmt.Fprintf(&b, "repeats after %s: %d\n", c, v.repeats[c])
+	}
+	for _, f := range faults {
+		if n := v.outOfOrder[f.name]; n > 0 {
+			fmt.Fprintf(&b, "an earlier attempt received after a later one, during %s: %d\n", f.name, n)
+		}
 	}
 	fmt.Fprintf(&b, "first receipt at attempt > 1 (an earlier attempt never reached the consumer): %d\n", v.firstLater)
 	fmt.Fprintf(&b, "lateness of first receipts: p50 %v, p99 %v, max %v\n", quantile(v.lateness, .5), quantile(v.lateness, .99), quantile(v.lateness, 1))
