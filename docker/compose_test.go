@@ -91,18 +91,25 @@ func TestComposeFaults(t *testing.T) {
 	t.Logf("%d tasks scheduled in %v", upfront, time.Since(t0).Round(time.Millisecond))
 
 	// The steady publisher: one task every 50ms for 50s, each due 0-3s after it was sent.
+	// A failing test stops it (and waits for it) before the stack goes down.
 	var steadyIDs []string
 	var wg sync.WaitGroup
+	sctx, stopSteady := context.WithCancel(ctx)
+	t.Cleanup(func() { stopSteady(); wg.Wait() })
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for i := range steady {
-			<-tick.C
+			select {
+			case <-tick.C:
+			case <-sctx.Done():
+				return
+			}
 			id := fmt.Sprintf("st-%05d", i)
 			steadyIDs = append(steadyIDs, id)
-			schedule(ctx, t, js, []string{id}, func(int) time.Time { return time.Now().Add(time.Duration(i%31) * 100 * time.Millisecond) })
+			schedule(sctx, t, js, []string{id}, func(int) time.Time { return time.Now().Add(time.Duration(i%31) * 100 * time.Millisecond) })
 		}
 	}()
 
