@@ -60,8 +60,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Registerer = reg
+	hc := &health{} // serves /healthz and /readyz next to /metrics once the bridge exists
+
 	if o.metricsAddr != "" { // bound before anything starts, so a taken address stops nothing
-		srv, err := serveMetrics(o.metricsAddr, reg, log)
+		srv, err := serveMetrics(o.metricsAddr, reg, hc, log)
 		if err != nil {
 			return err
 		}
@@ -97,6 +99,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	hc.set(b)
 	if err := b.Start(ctx); err != nil {
 		return err
 	}
@@ -146,13 +149,14 @@ func startEmbedded(o options, log *slog.Logger) (*server.Server, error) {
 	return ns, nil
 }
 
-func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (*http.Server, error) {
+func serveMetrics(addr string, reg *prometheus.Registry, hc *health, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hc.register(mux)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the static binaries into docker/build/ (gitignored) and the two images:
+#   axbridge:local       the bridge (docker/Dockerfile)
+#   axbridge-nats:local  nats-server from the module in go.sum (docker/nats.Dockerfile)
+# Other tags: AX_BRIDGE_IMAGE=... NATS_IMAGE=... docker/build.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+export CGO_ENABLED=0
+mkdir -p build/data
+go build -trimpath -o build/axbridge ../cmd/axbridge
+go build -trimpath -o build/probe ./probe
+go build -trimpath -o build/nats-server github.com/nats-io/nats-server/v2
+docker build -q -f Dockerfile -t "${AX_BRIDGE_IMAGE:-axbridge:local}" .
+docker build -q -f nats.Dockerfile -t "${NATS_IMAGE:-axbridge-nats:local}" .
