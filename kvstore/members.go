@@ -13,14 +13,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Members is the membership bucket of bridge replicas: a small KV bucket (in memory, replicated
-// like the task bucket) where each replica heartbeats its key "m.<replica>" with a per-message
+// Members is the membership bucket of bridge replicas: a small KV bucket (file storage, replicated
+// like the task bucket, so that it survives a server restart) where each replica heartbeats its key "m.<replica>" with a per-message
 // TTL, and where one key, created by CAS with a TTL and renewed by CAS, elects one replica for the
 // work that runs once per bucket. Replicas watch the "m.*" keys to learn who is alive. It is safe
 // for concurrent use.
 type Members struct {
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
+	cfg     MembersConfig
 	prefix  string // "$KV.<bucket>."
 	timeout time.Duration
 }
@@ -54,6 +55,14 @@ func OpenMembers(ctx context.Context, js jetstream.JetStream, cfg MembersConfig)
 	cfg.Bucket = cmp.Or(cfg.Bucket, DefaultBucket+"_MEMBERS")
 	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	kv, err := openMembersBucket(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Members{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".", timeout: cfg.Timeout}, nil
+}
+
+func openMembersBucket(ctx context.Context, js jetstream.JetStream, cfg MembersConfig) (jetstream.KeyValue, error) {
 	ctx, cancel := withTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
@@ -62,7 +71,7 @@ func OpenMembers(ctx context.Context, js jetstream.JetStream, cfg MembersConfig)
 			Bucket:      cfg.Bucket,
 			Description: "ax bridge replicas: heartbeats (m.<replica>) and the housekeeper lease",
 			History:     1,
-			Storage:     jetstream.MemoryStorage,
+			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
 			// Per-message TTLs (heartbeats expire on the server once they stop), and the marker the
 			// server leaves when one runs out, which watchers see as a delete.
@@ -75,7 +84,7 @@ func OpenMembers(ctx context.Context, js jetstream.JetStream, cfg MembersConfig)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: open members bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Members{js: js, kv: kv, prefix: "$KV." + cfg.Bucket + ".", timeout: cfg.Timeout}, nil
+	return kv, nil
 }
 
 // ttlValue is a Nats-TTL header value: whole seconds, rounded up, at least 1s.
@@ -85,14 +94,23 @@ func ttlValue(d time.Duration) string {
 }
 
 // Heartbeat writes replica's key with a TTL: the server removes it ttl after the last heartbeat.
-// It returns once the write is durable.
+// It returns once the write is durable. If the bucket is gone (an operator deleted it), it is
+// created again.
 func (m *Members) Heartbeat(ctx context.Context, replica string, ttl time.Duration) error {
 	ctx, cancel := withTimeout(ctx, m.timeout)
 	defer cancel()
-	_, err := m.js.PublishMsg(ctx, &nats.Msg{
-		Subject: m.prefix + memberKeyPrefix + replica,
-		Header:  nats.Header{jetstream.MsgTTLHeader: []string{ttlValue(ttl)}},
-	})
+	msg := func() *nats.Msg {
+		return &nats.Msg{
+			Subject: m.prefix + memberKeyPrefix + replica,
+			Header:  nats.Header{jetstream.MsgTTLHeader: []string{ttlValue(ttl)}},
+		}
+	}
+	_, err := m.js.PublishMsg(ctx, msg())
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		if _, oerr := openMembersBucket(ctx, m.js, m.cfg); oerr == nil {
+			_, err = m.js.PublishMsg(ctx, msg())
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("kvstore: heartbeat %s: %w", replica, mapError(err))
 	}
@@ -175,7 +193,7 @@ func (m *Members) Renew(ctx context.Context, key, holder string, rev uint64, ttl
 		Subject: m.prefix + key,
 		Data:    []byte(holder),
 		Header: nats.Header{
-			jetstream.MsgTTLHeader:                []string{ttlValue(ttl)},
+			jetstream.MsgTTLHeader:              []string{ttlValue(ttl)},
 			jetstream.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(rev, 10)},
 		},
 	})
