@@ -311,8 +311,8 @@ func (e *partEnv) once(ids []string) map[string]int {
 	return by
 }
 
-// Three bridges on one server divide 60 partitions (each owns some, together all, none twice),
-// each indexes and fires only its own, every task fires once, and no claim conflicts.
+// Three bridges on one server divide 60 partitions (20 each, together all, none twice), each
+// fires and indexes only its own, every task fires once, and no claim conflicts.
 func TestReplicasDividePartitions(t *testing.T) {
 	t.Parallel()
 	e := newPartEnv(t, 60, 2*time.Second)
@@ -321,9 +321,8 @@ func TestReplicasDividePartitions(t *testing.T) {
 	owner := map[int]string{}
 	for _, r := range rs {
 		ps := r.owned()
-		t.Logf("%s owns %d partitions", r.b.ReplicaID(), len(ps))
-		if len(ps) == 0 {
-			t.Errorf("%s owns no partition", r.b.ReplicaID())
+		if len(ps) != 20 {
+			t.Errorf("%s owns %d partitions, want 20", r.b.ReplicaID(), len(ps))
 		}
 		for _, p := range ps {
 			owner[p] = r.b.ReplicaID()
@@ -339,6 +338,20 @@ func TestReplicasDividePartitions(t *testing.T) {
 		}
 	}
 	t.Logf("fires by replica: %v", by)
+	// Each replica indexes the pending tasks of its own partitions, and only those.
+	far := e.idsIn("far", 600, func(int) bool { return true })
+	e.create(far, time.Now().Add(time.Hour).UnixMilli())
+	want := map[string]int{}
+	for _, id := range far {
+		want[owner[kvstore.Partition(id, e.n)]]++
+	}
+	for _, r := range rs {
+		id := r.b.ReplicaID()
+		if !checkFor(10*time.Second, func() bool { return int(value(t, r.b.m.pending)) == want[id] }) {
+			t.Errorf("%s indexes %v tasks; %d of the 600 pending are in its partitions", id, value(t, r.b.m.pending), want[id])
+		}
+	}
+	t.Logf("600 pending tasks indexed by replica: %v", want)
 	for _, r := range rs {
 		if c := value(t, r.b.m.members.claimConflicts); c != 0 {
 			t.Errorf("%s: %v claim conflicts in steady state, want 0", r.b.ReplicaID(), c)
@@ -504,6 +517,8 @@ func TestJoinTakesShare(t *testing.T) {
 	e := newPartEnv(t, 60, 2*time.Second)
 	a := e.start("ja", nil)
 	e.stable(a)
+	far := e.idsIn("later", 300, func(int) bool { return true })
+	e.create(far, time.Now().Add(time.Hour).UnixMilli())
 	ids := e.idsIn("join", 200, func(int) bool { return true })
 	e.schedule(ids, func(i int) time.Duration { return time.Duration(i) * 15 * time.Millisecond }) // over 3s
 	if !checkFor(10*time.Second, func() bool { return len(e.firesOf(ids)) >= 40 }) {
@@ -521,6 +536,22 @@ func TestJoinTakesShare(t *testing.T) {
 	for _, fs := range e.firesOf(ids) {
 		if fs[0].attempt != "1" {
 			t.Errorf("task %s first fired as attempt %s", fs[0].id, fs[0].attempt)
+		}
+	}
+	// ja dropped what it had indexed of the partitions it gave up; jb loaded them.
+	for _, r := range []*replica{a, b} {
+		mine := map[int]bool{}
+		for _, p := range r.owned() {
+			mine[p] = true
+		}
+		want := 0
+		for _, id := range far {
+			if mine[kvstore.Partition(id, e.n)] {
+				want++
+			}
+		}
+		if !checkFor(10*time.Second, func() bool { return int(value(t, r.b.m.pending)) == want }) {
+			t.Errorf("%s indexes %v tasks; %d of the 300 pending are in its partitions", r.b.ReplicaID(), value(t, r.b.m.pending), want)
 		}
 	}
 }
