@@ -29,8 +29,9 @@ type Store interface {
 	Partitions() int
 }
 
-// Bridge is one replica of the service. Several may run on one bucket and stream: every state
-// change is a CAS on the task's revision, so they never fire a task twice within one lease.
+// Bridge is one replica of the service. Several may run on one bucket and stream: they divide the
+// bucket's partitions (members.go), and every state change is a CAS on the task's revision, so
+// they never fire a task twice within one lease, even while partitions move.
 type Bridge struct {
 	cfg   Config
 	nc    *nats.Conn
@@ -140,7 +141,7 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 	return b, nil
 }
 
-// ReplicaID names this replica in ack subjects and task records.
+// ReplicaID names this replica in the members bucket, task records and its fires' Ax-Replica.
 func (b *Bridge) ReplicaID() string { return b.cfg.ReplicaID }
 
 // Ready is closed once the records that existed at Start are indexed (recovery done). It never

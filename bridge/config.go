@@ -23,9 +23,10 @@ type Config struct {
 	Consumer string
 	// StreamReplicas is the intake stream's replica count (default 1; 3 on a cluster).
 	StreamReplicas int
-	// ReplicaID names this bridge process in ack subjects and task records. Replicas need
-	// distinct ids, and a restarted replica should keep its own so that it can settle the claims it
-	// had in flight (cmd/axbridge derives one from the host name). Default: random per process.
+	// ReplicaID names this bridge process in the members bucket, task records and the Ax-Replica
+	// header of its fires. Replicas need distinct ids, and a restarted replica should keep its own,
+	// so that its leases count as its own (cmd/axbridge derives one from the host name). Default:
+	// random per process.
 	ReplicaID string
 	// IntakeMaxDeliver is how often a schedule message is delivered while the task store fails
 	// (default 20: with retries 1s, 2s, 4s, ... 30s apart, about 8 minutes of outage). The last
