@@ -67,43 +67,18 @@ const (
 	ackPendingBytes = 64 << 20
 )
 
-// subscribeAcks subscribes to acks: a queue group on ax.ack.> through which any replica applies an
-// ack, and a plain subscription on this replica's own ack subjects, where NATS reports a fire that
-// nobody received (no-responders is delivered only to a plain subscription of the publishing
-// connection). Both have pending limits.
-func (b *Bridge) subscribeAcks() error {
-	ackSub, err := b.nc.QueueSubscribe(AckPrefix+">", b.cfg.Consumer, b.onAck)
-	if err != nil {
-		return err
-	}
-	nrSub, err := b.nc.Subscribe(ackFilter(b.cfg.ReplicaID), b.noResponders)
-	if err != nil {
-		_ = ackSub.Unsubscribe()
-		return err
-	}
-	for _, s := range []*nats.Subscription{ackSub, nrSub} {
-		_ = s.SetPendingLimits(ackPendingMsgs, ackPendingBytes)
-	}
-	b.ackSub, b.nrSub = ackSub, nrSub
-	b.m.ack.countDrops(ackSub, nrSub)
-	return nil
-}
-
-// onAck runs on the ack subscription's goroutine. It blocks while the ack workers are busy, which
+// onAck runs on the goroutine of a partition's ack subscription (members.go subscribes to
+// ax.ack.*.<partition>.> for each partition this replica owns, and keeps it for a lease after the
+// partition moved away). It takes consumer replies, and the no-responders status NATS sends the
+// publishing connection for a fire that nobody received (it reaches the firing replica, which
+// owns the partition and so has the subscription). It blocks while the ack workers are busy, which
 // leaves further acks queued in the client up to the pending limits. Once Stop has taken the last
 // acks (acksEnd), nothing is queued any more: the attempt's lease runs out instead.
 func (b *Bridge) onAck(m *nats.Msg) {
-	if m.Header.Get(statusHeader) != "" {
-		return // statuses are handled by noResponders on the firing replica
-	}
-	b.enqueueAck(ackReq{msg: m})
-}
-
-// noResponders runs on this replica's own ack subjects, where NATS reports a fire message that
-// nobody received. Ordinary acks arrive here too and are left to the queue subscription, so that
-// each is applied once.
-func (b *Bridge) noResponders(m *nats.Msg) {
-	if m.Header.Get(statusHeader) == "503" {
+	switch m.Header.Get(statusHeader) {
+	case "":
+		b.enqueueAck(ackReq{msg: m})
+	case "503":
 		b.enqueueAck(ackReq{msg: m, noResponders: true})
 	}
 }
@@ -170,7 +145,7 @@ func (op *ackOp) respond() {
 // first. A write that fails is settled by reading the record back (applyAckRead).
 func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 	addr, ok := parseAckSubject(r.msg.Subject)
-	if !ok {
+	if !ok || addr.partition >= b.nparts || kvstore.Partition(addr.id, b.nparts) != addr.partition {
 		b.log.Debug("ack on an unknown subject", "subject", r.msg.Subject)
 		return
 	}

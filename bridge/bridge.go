@@ -26,10 +26,12 @@ type Store interface {
 	Update(ctx context.Context, t *kvstore.Task, rev uint64) (uint64, error)
 	Delete(ctx context.Context, id string, rev uint64) error
 	Watch(ctx context.Context, partitions ...int) (kvstore.Watcher, error)
+	Partitions() int
 }
 
-// Bridge is one replica of the service. Several may run on one bucket and stream: every state
-// change is a CAS on the task's revision, so they never fire a task twice within one lease.
+// Bridge is one replica of the service. Several may run on one bucket and stream: they divide the
+// bucket's partitions (members.go), and every state change is a CAS on the task's revision, so
+// they never fire a task twice within one lease, even while partitions move.
 type Bridge struct {
 	cfg   Config
 	nc    *nats.Conn
@@ -48,16 +50,15 @@ type Bridge struct {
 	stopped     chan struct{}      // closed when everything Start began has ended
 
 	// Set by Start before anything runs, read by Stop after startDone.
-	stopIntake context.CancelFunc // ends runIntake, which drains the intake consumer
-	stopLoop   context.CancelFunc // ends the scheduling loop (and with it the workers' job supply)
-	stopWork   context.CancelFunc // ends the workers' store calls; last thing Stop does
-	watcher    kvstore.Watcher    // the loop's watch, until the loop runs
-	ackSub     *nats.Subscription // queue group on ax.ack.>: any replica applies an ack
-	nrSub      *nats.Subscription // plain sub on this replica's ack subjects: receives no-responders
-	advSub     *nats.Subscription // the intake consumer's max-deliveries advisories
-	api        micro.Service      // the task API: get, cancel, requeue
-	loopRuns   bool               // the loop goroutine was started (loopEnd will close)
-	intakeRuns bool               // runIntake was started (intakeEnd will close)
+	stopIntake context.CancelFunc   // ends runIntake, which drains the intake consumer
+	stopLoop   context.CancelFunc   // ends the scheduling loop (and with it the workers' job supply)
+	stopWork   context.CancelFunc   // ends the workers' store calls; last thing Stop does
+	watcher    kvstore.Watcher      // the loop's watch, until the loop runs
+	ackSubs    []*nats.Subscription // the ack subscriptions, once the membership goroutine ended
+	advSub     *nats.Subscription   // the intake consumer's max-deliveries advisories
+	api        micro.Service        // the task API: get, cancel, requeue
+	loopRuns   bool                 // the loop goroutine was started (loopEnd will close)
+	intakeRuns bool                 // runIntake was started (intakeEnd will close)
 
 	jobs        chan job       // loop → workers
 	results     chan result    // workers → loop
@@ -79,6 +80,17 @@ type Bridge struct {
 	intakeOutage storeOutage
 
 	outage *outageLog // store failures of task steps, logged once per change of state
+
+	// Membership and ownership (members.go, housekeeper.go).
+	members     Membership
+	nparts      int                       // the bucket's partition count
+	own         atomic.Pointer[ownership] // written by the membership goroutine, read by everyone
+	ownChanged  chan struct{}             // membership goroutine → loop: the owned set changed (capacity 1)
+	house       atomic.Bool               // this replica is the housekeeper
+	liveMembers atomic.Int64              // live replicas in this replica's view, itself included
+	memberState *memberState              // set by Start; read by Stop once membersRun is done
+	membersRun  sync.WaitGroup            // heartbeats, the member view, the housekeeper
+	stopMembers context.CancelFunc        // ends them
 }
 
 // lifecycle is a Bridge's state: new → starting → running → stopping → stopped.
@@ -120,12 +132,16 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		intakeEnd:  make(chan struct{}),
 		acksEnd:    make(chan struct{}),
 		ready:      make(chan struct{}),
+		members:    cfg.Members,
+		nparts:     store.Partitions(),
+		ownChanged: make(chan struct{}, 1),
 	}
+	b.m.members = newMemberMetrics(b, cfg.Registerer)
 	b.maxDeliver.Store(int64(cfg.IntakeMaxDeliver))
 	return b, nil
 }
 
-// ReplicaID names this replica in ack subjects and task records.
+// ReplicaID names this replica in the members bucket, task records and its fires' Ax-Replica.
 func (b *Bridge) ReplicaID() string { return b.cfg.ReplicaID }
 
 // Ready is closed once the records that existed at Start are indexed (recovery done). It never
@@ -184,16 +200,19 @@ func (b *Bridge) start(ctx context.Context) error {
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	workCtx, stopWork := context.WithCancel(context.Background())
 	b.stopLoop, b.stopWork = stopLoop, stopWork
-	if b.watcher, err = b.watch(ctx, loopCtx); err != nil {
-		return fmt.Errorf("bridge: watch tasks: %w", err)
+	if err := b.join(ctx); err != nil {
+		return err
 	}
-	if err := b.subscribeAcks(); err != nil {
-		return fmt.Errorf("bridge: subscribe to acks: %w", err)
+	parts := b.own.Load().owned()
+	if len(parts) > 0 { // a watch of no partitions would be a watch of all
+		if b.watcher, err = b.watch(ctx, loopCtx, parts); err != nil {
+			return fmt.Errorf("bridge: watch tasks: %w", err)
+		}
 	}
 
 	w := b.watcher
 	b.watcher, b.loopRuns = nil, true
-	go b.loop(loopCtx, w)
+	go b.loop(loopCtx, w, parts)
 	for range b.cfg.Workers {
 		b.workers.Add(1)
 		b.fireWorkers.Add(1)
@@ -234,10 +253,34 @@ func (b *Bridge) start(ctx context.Context) error {
 	return nil
 }
 
-// watch starts the loop's watch (which lives as long as loopCtx), waiting at most as long as ctx
-// allows, or 10s when ctx has no deadline. If ctx ends first, a Watch call that returns later is
-// stopped as soon as it does (the caller then cancels loopCtx, which ends it).
-func (b *Bridge) watch(ctx, loopCtx context.Context) (kvstore.Watcher, error) {
+// join opens the membership bucket unless Config.Members gave one, announces this replica and
+// computes the partitions it owns (members.go); the goroutines that keep that up run until Stop.
+func (b *Bridge) join(ctx context.Context) error {
+	if b.members == nil {
+		bucket := b.cfg.MembersBucket
+		if named, ok := b.store.(interface{ Bucket() string }); ok && bucket == "" {
+			bucket = named.Bucket() + "_MEMBERS"
+		}
+		mctx, cancel := withDefaultTimeout(ctx)
+		m, err := kvstore.OpenMembers(mctx, b.js, kvstore.MembersConfig{Bucket: bucket, Replicas: b.cfg.StreamReplicas})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("bridge: %w", err)
+		}
+		b.members = m
+	}
+	membersCtx, stopMembers := context.WithCancel(context.Background())
+	b.stopMembers = stopMembers
+	if err := b.startMembers(ctx, membersCtx); err != nil {
+		return fmt.Errorf("bridge: join the replicas: %w", err)
+	}
+	return nil
+}
+
+// watch starts the loop's watch of partitions parts (which lives as long as loopCtx), waiting at
+// most as long as ctx allows, or 10s when ctx has no deadline. If ctx ends first, a Watch call
+// that returns later is stopped as soon as it does (the caller then cancels loopCtx, which ends it).
+func (b *Bridge) watch(ctx, loopCtx context.Context, parts []int) (kvstore.Watcher, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	type watched struct {
@@ -246,7 +289,7 @@ func (b *Bridge) watch(ctx, loopCtx context.Context) (kvstore.Watcher, error) {
 	}
 	ch := make(chan watched, 1)
 	go func() {
-		w, err := b.store.Watch(loopCtx)
+		w, err := b.store.Watch(loopCtx, parts...)
 		ch <- watched{w, err}
 	}()
 	select {
@@ -354,11 +397,23 @@ func (b *Bridge) shutdown(ctx context.Context) error {
 	if !waitCtx(ctx, &b.fireWorkers) || !waitCtx(ctx, &b.claims) {
 		errs = append(errs, errors.New("claims still in flight"))
 	}
-	// Drain delivers the acks the server already sent, then closes the subscriptions.
-	for _, sub := range []*nats.Subscription{b.ackSub, b.nrSub} {
-		if sub == nil {
-			continue
+	// No more claims: stop heartbeating and leave, so that the others take the partitions over at
+	// once. The ack subscriptions stay until the acks already sent are applied.
+	if b.stopMembers != nil {
+		b.stopMembers()
+		if !waitCtx(ctx, &b.membersRun) {
+			errs = append(errs, errors.New("membership still running"))
+		} else if b.memberState != nil {
+			b.ackSubs = b.memberState.ackSubscriptions()
 		}
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		if err := b.members.Leave(lctx, b.cfg.ReplicaID); err != nil {
+			b.log.Debug("leave the replicas; the heartbeat key expires instead", "err", err)
+		}
+		cancel()
+	}
+	// Drain delivers the acks the server already sent, then closes the subscriptions.
+	for _, sub := range b.ackSubs {
 		closed := sub.StatusChanged(nats.SubscriptionClosed)
 		if err := sub.Drain(); err == nil {
 			select {

@@ -23,15 +23,31 @@ type Config struct {
 	Consumer string
 	// StreamReplicas is the intake stream's replica count (default 1; 3 on a cluster).
 	StreamReplicas int
-	// ReplicaID names this bridge process in ack subjects and task records. Replicas need
-	// distinct ids, and a restarted replica should keep its own so that it can settle the claims it
-	// had in flight (cmd/axbridge derives one from the host name). Default: random per process.
+	// ReplicaID names this bridge process in the members bucket, task records and the Ax-Replica
+	// header of its fires. Replicas need distinct ids, and a restarted replica should keep its own,
+	// so that its leases count as its own (cmd/axbridge derives one from the host name). Default:
+	// random per process.
 	ReplicaID string
 	// IntakeMaxDeliver is how often a schedule message is delivered while the task store fails
 	// (default 20: with retries 1s, 2s, 4s, ... 30s apart, about 8 minutes of outage). The last
 	// delivery that still fails is refused with STORE_UNAVAILABLE, so that no message holds the
 	// intake consumer's ack-pending window for good. A new intake consumer gets it as MaxDeliver.
 	IntakeMaxDeliver int
+
+	// Replicas divide the bucket's partitions among the live ones (members.go).
+	//
+	// PartitionLease is how long a replica counts as alive after its last heartbeat (default 5s;
+	// heartbeats go every quarter of it). A replica that dies or is cut off loses its partitions to
+	// the others within about a lease, and stops claiming and firing itself a fifth of a lease
+	// before its lease ends.
+	// Replicas of one bucket should use the same lease.
+	PartitionLease time.Duration
+	// Members is the membership bucket. Default: Start opens (or creates) the KV bucket
+	// MembersBucket on the bridge's NATS connection.
+	Members Membership
+	// MembersBucket names the membership bucket when Members is nil (default: the task
+	// bucket's name plus "_MEMBERS", "AX_TASKS_MEMBERS" for a store without a name).
+	MembersBucket string
 
 	// Task defaults, used when a schedule message does not say.
 	MaxAttempts int             // default 4 (Ax-Max-Retry 3); 1 means no retries
@@ -115,6 +131,7 @@ func (c Config) withDefaults() Config {
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
 	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, 2*time.Second)
 	c.ReconcileRate = cmp.Or(c.ReconcileRate, 10_000)
+	c.PartitionLease = cmp.Or(c.PartitionLease, 5*time.Second)
 	c.Workers = cmp.Or(c.Workers, 256)
 	c.AckWorkers = cmp.Or(c.AckWorkers, 256)
 	if c.Logger == nil {
@@ -149,6 +166,9 @@ func (c Config) validate() error {
 	}
 	if c.PreRead < 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
 		errs = append(errs, errors.New("pre-read, workers, payload limit, tolerance and horizon must be positive"))
+	}
+	if c.PartitionLease < 500*time.Millisecond {
+		errs = append(errs, fmt.Errorf("partition lease %v: want at least 500ms", c.PartitionLease))
 	}
 	if c.LeaseSkew < 0 {
 		errs = append(errs, fmt.Errorf("lease skew %v: want 0 or more", c.LeaseSkew))

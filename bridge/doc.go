@@ -19,9 +19,12 @@
 //     the bucket now and then and repairs any overdue task the index missed.
 //   - Workers run the due steps: claim by CAS (WAITING → RUNNING) and publish the fire message from
 //     the write's completion; count an expired lease as a failed attempt.
-//   - Acks arrive on a queue subscription (any replica applies any ack, by CAS); this replica's own
-//     plain subscription on its reply subjects receives NATS's no-responders status when nobody
-//     was subscribed to the fire subject.
+//   - Acks arrive on one subscription per owned partition (ax.ack.*.<partition>.>), which also
+//     receives NATS's no-responders status when nobody was subscribed to the fire subject.
+//   - Replicas (members.go): each heartbeats in the members bucket, computes from the live set
+//     which partitions it owns, and watches, claims, fires and takes acks only in those; one that
+//     stops heartbeating loses them within a lease and stops claiming itself before that. One
+//     replica is elected housekeeper (housekeeper.go).
 //
 // Every state change is a compare-and-swap on the record's revision, so several bridges on one
 // bucket never fire an attempt twice; a task fires again only after its attempt failed.

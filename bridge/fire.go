@@ -17,6 +17,13 @@ import (
 // RUNNING under this replica with j.rev as its token), the attempt is published now, rather than
 // left unsent until its lease ends.
 func (b *Bridge) fire(ctx context.Context, j job) {
+	if !b.ownsTask(j.id) {
+		// Not (or no longer) this replica's partition, or its heartbeats are not confirmed: no
+		// read, no claim. The loop keeps the step if it still counts the partition as its own.
+		b.report(result{id: j.id, rev: j.rev, kind: jobFire, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter),
+			retry: true, unsure: j.unsure})
+		return
+	}
 	e, ok := b.load(ctx, j)
 	if !ok {
 		return
@@ -37,6 +44,11 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	if t.DueAt > nowMs {
 		// Never early: the wall clock disagrees with the monotonic one, or the record changed.
 		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: t.DueAt})
+		return
+	}
+	if !b.ownsTask(t.ID) { // again: the read may have taken a while
+		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: addMs(nowMs, retryStoreAfter), retry: true,
+			unsure: j.unsure})
 		return
 	}
 	b.claim(ctx, e, j.unsure)
@@ -63,6 +75,7 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool) {
 			return
 		case errors.Is(err, kvstore.ErrConflict) && unsure:
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
+			b.m.members.claimConflicts.Inc()
 			return // another replica or an API call got there first; the watch brings its write
 		default:
 			b.storeFailed(opClaim, e.Task.ID, err)
@@ -72,16 +85,28 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool) {
 	})
 }
 
-// publishFire sends a claimed attempt to ax.fire.<bizType>. If the publish fails, the lease runs
-// out and the attempt counts as failed: at-least-once holds.
+// publishFire sends a claimed attempt to ax.fire.<bizType>, if the attempt's lease has not ended
+// by this bridge's clock: a replica that was paused (or whose claim took that long) must not fire
+// an attempt that another replica may already have retried. The claim itself won its CAS, so
+// while its lease runs nobody else fires the task, whoever owns the partition by then. If the
+// lease has ended, or the publish fails, the attempt counts as failed: at-least-once holds.
 func (b *Bridge) publishFire(e kvstore.Entry) {
 	t := &e.Task
+	p := kvstore.Partition(t.ID, b.nparts)
+	if nowMs := b.cfg.Now().UnixMilli(); nowMs >= t.LeaseUntil {
+		b.m.members.fencedFires.Inc()
+		b.log.Warn("claimed but not fired: the attempt's lease ended before its fire could go out",
+			"task_id", t.ID, "partition", p, "attempt", t.Attempt, "late_ms", nowMs-t.LeaseUntil)
+		return
+	}
 	b.fired.put(e)
+	h := fireHeader(t)
+	h[HeaderReplica] = []string{b.cfg.ReplicaID}
 	msg := &nats.Msg{
 		Subject: FirePrefix + t.BizType,
-		Reply:   ackSubject(t.BizType, b.cfg.ReplicaID, t.Claim, t.ID),
+		Reply:   ackSubject(t.BizType, p, t.Claim, t.ID),
 		Data:    t.Payload,
-		Header:  fireHeader(t),
+		Header:  h,
 	}
 	if err := b.nc.PublishMsg(msg); err != nil {
 		b.log.Warn("publish fire", "task_id", t.ID, "err", err)

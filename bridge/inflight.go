@@ -98,3 +98,14 @@ func (w *retryWait) next(ctx context.Context) bool {
 		return false
 	}
 }
+
+// dropIf forgets every record whose id drop reports true for (the partition moved away).
+func (f *inflight) dropIf(drop func(id string) bool) {
+	f.mu.Lock()
+	for id := range f.m {
+		if drop(id) {
+			delete(f.m, id)
+		}
+	}
+	f.mu.Unlock()
+}

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -88,6 +89,7 @@ type loopState struct {
 	unsure     map[string]uint64 // claims whose outcome was unknown: id → the claim's token
 	behind     map[string]int    // steps whose read lagged the indexed revision: id → tries so far
 	clock      stepDetector
+	owned      []bool    // by partition: the partitions this loop indexes and watches
 	fromHouse  bool      // the job nextJob returned is the head of house, not of fires
 	firesInRow int       // fires handed out since the last housekeeping job
 	lastStats  time.Time // monotonic: when the overdue gauges were last computed
@@ -97,21 +99,52 @@ type loopState struct {
 // loop is the scheduling loop: it owns the index, the pre-read cache and one timer armed to the
 // next due step (at most idleCheck away). It reads watch events, worker results and the
 // reconciler's findings, and hands due work to workers, fires first. A watch that ends is started
-// again on another goroutine while the loop keeps firing from its index. It closes b.jobs and
+// again on another goroutine while the loop keeps firing from its index. When the partitions this
+// replica owns change, it drops what it indexed of those it lost and starts a watch of the new set
+// the same way (its initial load brings the gained partitions; the old watch runs until the new
+// one is up). w watches parts, the partitions owned at Start (nil if none). It closes b.jobs and
 // b.loopEnd when it returns, after its helper goroutines have ended.
-func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
+func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
 	defer close(b.loopEnd)
 	defer close(b.jobs)
 	var helpers sync.WaitGroup
-	watches := make(chan kvstore.Watcher, 1) // re-watch goroutine → loop: a new running watch
+	watches := make(chan watchMsg, 1) // re-watch goroutine → loop: a new running watch
+	var curCancel, pending context.CancelFunc
 	defer func() {
+		if pending != nil {
+			pending()
+		}
 		helpers.Wait()
 		select { // a watch started again just as the loop ended
 		case nw := <-watches:
-			_ = nw.Stop()
+			_ = nw.w.Stop()
 		default:
 		}
+		if curCancel != nil {
+			curCancel()
+		}
 	}()
+	// gen numbers the re-watches; pending ends the one running, if any (a watch it hands over
+	// lives under that context, which curCancel then ends when the watch is replaced).
+	var gen uint64
+	restart := func(parts []int) {
+		if pending != nil {
+			pending()
+			pending = nil
+		}
+		gen++
+		if len(parts) == 0 {
+			return
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		pending = cancel
+		g := gen
+		helpers.Add(1)
+		go func() {
+			defer helpers.Done()
+			b.rewatch(rctx, watches, parts, g)
+		}()
+	}
 	l := &loopState{
 		b:        b,
 		idx:      newSlots(),
@@ -120,13 +153,20 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 		retrying: make(map[string]int64),
 		unsure:   make(map[string]uint64),
 		behind:   make(map[string]int),
+		owned:    make([]bool, b.nparts),
+	}
+	for _, p := range parts {
+		l.owned[p] = true
 	}
 	l.now = b.read()
 	l.clock.check(l.now)
 	timer := time.NewTimer(idleCheck)
 	defer timer.Stop()
 
-	events := w.Events()
+	var events <-chan kvstore.Event
+	if w != nil {
+		events = w.Events()
+	}
 	defer func() {
 		if w != nil {
 			_ = w.Stop()
@@ -141,6 +181,10 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 	b.m.loop.watchUp.Set(1)
 	var watchDown time.Time
 	initDone := false
+	if w == nil { // no partitions of its own yet: nothing to load
+		initDone = true
+		close(b.ready)
+	}
 	for {
 		out, next := l.nextJob()
 		select {
@@ -156,12 +200,10 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 				watchDown = time.Now()
 				b.m.loop.watchRestarts.Inc()
 				b.m.loop.watchUp.Set(0)
-				b.log.Warn("task watch ended; starting it again while tasks keep firing from the index")
-				helpers.Add(1)
-				go func() {
-					defer helpers.Done()
-					b.rewatch(ctx, watches)
-				}()
+				if pending == nil { // else the watch of the new partition set is on its way
+					b.log.Warn("task watch ended; starting it again while tasks keep firing from the index")
+					restart(l.ownedList())
+				}
 				break
 			}
 			l.now = b.read()
@@ -170,6 +212,8 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 					initDone = true
 					b.log.Info("tasks recovered from the bucket", "pending", l.idx.len())
 					close(b.ready)
+				} else if ev.Kind == kvstore.EventInitDone {
+					b.log.Debug("partitions loaded", "pending", l.idx.len())
 				}
 				l.apply(ev)
 				if n == 255 {
@@ -180,9 +224,36 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher) {
 				}
 			}
 		case nw := <-watches:
-			w, events = nw, nw.Events()
+			if nw.gen != gen { // a re-watch of a set that changed meanwhile
+				_ = nw.w.Stop()
+				break
+			}
+			if w != nil {
+				_ = w.Stop()
+			} else {
+				b.log.Info("task watch running again", "down_for", time.Since(watchDown).Round(time.Millisecond))
+			}
+			if curCancel != nil {
+				curCancel()
+			}
+			w, events, curCancel, pending = nw.w, nw.w.Events(), pending, nil
 			b.m.loop.watchUp.Set(1)
-			b.log.Info("task watch running again", "down_for", time.Since(watchDown).Round(time.Millisecond))
+		case <-b.ownChanged:
+			o := b.own.Load()
+			if slices.Equal(o.parts, l.owned) {
+				break
+			}
+			l.now = b.read()
+			l.reown(o.parts)
+			restart(o.owned())
+			if o.n == 0 && w != nil { // nothing to watch until partitions come back
+				_ = w.Stop()
+				w, events = nil, nil
+				if curCancel != nil {
+					curCancel()
+					curCancel = nil
+				}
+			}
 		case r := <-b.results:
 			l.now = b.read()
 			l.result(r)
@@ -276,6 +347,9 @@ func (l *loopState) turn() {
 // wait is how long the loop may sleep: until the next step it could take, at most idleCheck.
 func (l *loopState) wait() time.Duration {
 	d := idleCheck
+	if !l.b.alive() {
+		return d
+	}
 	if len(l.fires) < maxQueued {
 		if n, ok := l.idx.peek(heapFire); ok {
 			d = l.now.until(n.due, d)
@@ -292,6 +366,9 @@ func (l *loopState) wait() time.Duration {
 // take moves due steps from the index into the job queues, in deadline order, while the queues
 // have room; the rest stays indexed until a later turn.
 func (l *loopState) take() {
+	if !l.b.alive() {
+		return // fenced: nothing is claimed until a heartbeat is confirmed (which wakes the loop)
+	}
 	ms := l.now.ms
 	for len(l.fires) < maxQueued {
 		n, ok := l.idx.peek(heapFire)
@@ -361,6 +438,9 @@ func (b *Bridge) leaseDue(t *kvstore.Task) int64 {
 // apply indexes one watch event: every live record has exactly one entry, at the time its next
 // step is due (fire, pre-read or lease end); a finished record has none (the server retires it).
 func (l *loopState) apply(ev kvstore.Event) {
+	if ev.Kind != kvstore.EventInitDone && !l.ownsID(ev.ID) {
+		return // a partition that moved away (its old watch runs until the new one is up)
+	}
 	switch ev.Kind {
 	case kvstore.EventPut:
 		e := ev.Entry
@@ -462,6 +542,10 @@ func (l *loopState) dropNear(id string) {
 func (l *loopState) result(r result) {
 	if e := r.created; e != nil {
 		l.apply(kvstore.Event{Kind: kvstore.EventPut, ID: e.Task.ID, Revision: e.Revision, Entry: *e})
+		return
+	}
+	if r.entries == nil && !l.ownsID(r.id) {
+		l.forget(r.id) // the partition moved away while a worker had the step
 		return
 	}
 	if r.entries != nil { // pre-read records: keep those the index still expects at that revision

@@ -15,17 +15,24 @@ const (
 	rewatchMaxPause   = 5 * time.Second
 )
 
-// rewatch starts the task watch again after it ended and hands the running watch to the loop on
-// out; it runs on its own goroutine, so the loop goes on firing from its index meanwhile. Each
-// attempt is bounded by Config.WatchTimeout. The first failure is logged as a Warn, later ones of
-// the same outage at Debug; the loop logs the recovery.
-func (b *Bridge) rewatch(ctx context.Context, out chan<- kvstore.Watcher) {
+// watchMsg is a running watch of parts, started by the re-watch of generation gen.
+type watchMsg struct {
+	w     kvstore.Watcher
+	parts []int
+	gen   uint64
+}
+
+// rewatch starts the task watch of parts (again, after it ended, or for a new set of partitions)
+// and hands the running watch to the loop on out; it runs on its own goroutine, so the loop goes
+// on firing from its index meanwhile. Each attempt is bounded by Config.WatchTimeout. The first
+// failure is logged as a Warn, later ones of the same outage at Debug; the loop logs the recovery.
+func (b *Bridge) rewatch(ctx context.Context, out chan<- watchMsg, parts []int, gen uint64) {
 	pause := rewatchFirstPause
 	for attempt := 1; ; attempt++ {
-		w, err := b.startWatch(ctx)
+		w, err := b.startWatch(ctx, parts)
 		if err == nil {
 			select {
-			case out <- w:
+			case out <- watchMsg{w: w, parts: parts, gen: gen}:
 			case <-ctx.Done():
 				_ = w.Stop()
 			}
@@ -50,10 +57,10 @@ func (b *Bridge) rewatch(ctx context.Context, out chan<- kvstore.Watcher) {
 	}
 }
 
-// startWatch starts a watch of every partition that lives until ctx ends or it is stopped, giving
-// up after Config.WatchTimeout: the attempt's context is then cancelled, and a watch that starts
-// anyway is stopped at once.
-func (b *Bridge) startWatch(ctx context.Context) (kvstore.Watcher, error) {
+// startWatch starts a watch of partitions parts (at least one) that lives until ctx ends or it is
+// stopped, giving up after Config.WatchTimeout: the attempt's context is then cancelled, and a
+// watch that starts anyway is stopped at once.
+func (b *Bridge) startWatch(ctx context.Context, parts []int) (kvstore.Watcher, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	type started struct {
 		w   kvstore.Watcher
@@ -61,7 +68,7 @@ func (b *Bridge) startWatch(ctx context.Context) (kvstore.Watcher, error) {
 	}
 	ch := make(chan started, 1)
 	go func() {
-		w, err := b.store.Watch(wctx)
+		w, err := b.store.Watch(wctx, parts...)
 		ch <- started{w, err}
 	}()
 	t := time.NewTimer(b.cfg.WatchTimeout)

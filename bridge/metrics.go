@@ -18,6 +18,7 @@ type metrics struct {
 	ack          *ackMetrics // metrics_ack.go: store errors of claims and acks, dropped acks
 	loop         *loopMetrics
 	intake       *intakeMetrics // metrics_intake.go
+	members      *memberMetrics // metrics_members.go
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {

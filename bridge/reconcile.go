@@ -53,7 +53,12 @@ func (b *Bridge) reconcile(ctx context.Context, out chan<- reconcileMsg) {
 
 // reconcilePass reads every record once and returns how many it read.
 func (b *Bridge) reconcilePass(ctx context.Context, out chan<- reconcileMsg) (int, error) {
-	w, err := b.startWatch(ctx)
+	// Only this replica's partitions: each replica repairs its own, so the cost divides too.
+	o := b.own.Load()
+	if o == nil || o.n == 0 {
+		return 0, nil
+	}
+	w, err := b.startWatch(ctx, o.owned())
 	if err != nil {
 		return 0, err
 	}
@@ -144,6 +149,9 @@ func (b *Bridge) overdue(e *kvstore.Entry, nowMs int64) (candidate, bool) {
 // that is still suspect is repaired.
 func (l *loopState) reconciled(m reconcileMsg) {
 	why := l.suspect(m.c)
+	if !l.ownsID(m.c.id) {
+		why = "" // the partition moved away meanwhile
+	}
 	if !m.repair {
 		m.reply <- why != ""
 		return

@@ -30,6 +30,7 @@ const (
 	HeaderError     = "Ax-Error"
 	HeaderSubject   = "Ax-Subject"
 	HeaderStatus    = "Ax-Status"
+	HeaderReplica   = "Ax-Replica"
 
 	// DueAtLayout is the format of Ax-Due-At: RFC 3339, UTC, milliseconds.
 	DueAtLayout = "2006-01-02T15:04:05.000Z07:00"
@@ -61,22 +62,24 @@ func validBizType(s string) bool {
 	return true
 }
 
-// ackSubject is the reply subject of one fire: ax.ack.<bizType>.<replica>.<token>.<taskId>, where
-// token is the claim's fencing token (kvstore.Task.Claim). The bizType comes first so that NATS
+// ackSubject is the reply subject of one fire: ax.ack.<bizType>.<partition>.<token>.<taskId>,
+// where partition is the task's partition (the replica that owns it subscribes to its acks) and
+// token the claim's fencing token (kvstore.Task.Claim). The bizType comes first so that NATS
 // permissions can scope a consumer to the acks of its own bizType. The task id may contain dots;
 // it is always the rest of the subject.
-func ackSubject(bizType, replica string, token uint64, id string) string {
-	return AckPrefix + bizType + "." + replica + "." + strconv.FormatUint(token, 10) + "." + id
+func ackSubject(bizType string, partition int, token uint64, id string) string {
+	return AckPrefix + bizType + "." + strconv.Itoa(partition) + "." + strconv.FormatUint(token, 10) + "." + id
 }
 
-// ackFilter is the subject filter of the acks to fires published by replica.
-func ackFilter(replica string) string { return AckPrefix + "*." + replica + ".>" }
+// ackFilter is the subject filter of the acks to fires of tasks in partition p.
+func ackFilter(p int) string { return AckPrefix + "*." + strconv.Itoa(p) + ".>" }
 
 // ackAddr is what an ack subject names.
 type ackAddr struct {
-	bizType, replica string
-	token            uint64
-	id               string
+	bizType   string
+	partition int
+	token     uint64
+	id        string
 }
 
 // parseAckSubject is the inverse of ackSubject.
@@ -86,17 +89,21 @@ func parseAckSubject(subj string) (ackAddr, bool) {
 	if !ok {
 		return a, false
 	}
-	var tok string
+	var part, tok string
 	a.bizType, rest, _ = strings.Cut(rest, ".")
-	a.replica, rest, _ = strings.Cut(rest, ".")
+	part, rest, _ = strings.Cut(rest, ".")
 	tok, a.id, _ = strings.Cut(rest, ".")
-	if !validBizType(a.bizType) || !validBizType(a.replica) || a.id == "" {
+	if !validBizType(a.bizType) || a.id == "" {
+		return ackAddr{}, false
+	}
+	p, err := strconv.ParseUint(part, 10, 31)
+	if err != nil || (len(part) > 1 && part[0] == '0') {
 		return ackAddr{}, false
 	}
 	n, err := strconv.ParseUint(tok, 10, 64)
 	if err != nil || n == 0 {
 		return ackAddr{}, false
 	}
-	a.token = n
+	a.partition, a.token = int(p), n
 	return a, true
 }

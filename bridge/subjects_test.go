@@ -16,9 +16,9 @@ func TestSubjectsMatchSpec(t *testing.T) {
 	}
 	names := []string{
 		SchedulePrefix + "<bizType>", FirePrefix + "<bizType>", RejectedPrefix + "<bizType>", RejectedPrefix + InvalidBizType,
-		DuplicatePrefix + "<bizType>", DeadPrefix + "<bizType>", AckPrefix + "<bizType>.<replica>.<token>.<taskId>",
+		DuplicatePrefix + "<bizType>", DeadPrefix + "<bizType>", AckPrefix + "<bizType>.<partition>.<token>.<taskId>",
 		HeaderTaskID, HeaderDelay, HeaderDeliverAt, HeaderMaxRetry, HeaderAckWait, HeaderBackoff, HeaderBizType,
-		HeaderAttempt, HeaderDueAt, HeaderErrorCode, HeaderError, HeaderSubject, HeaderStatus,
+		HeaderAttempt, HeaderDueAt, HeaderErrorCode, HeaderError, HeaderSubject, HeaderStatus, HeaderReplica,
 		CodeBadBizType, CodeBadTaskID, CodeBadDelay, CodeBadDeliverAt, CodeDelayAndDeliverAt, CodeDueInPast,
 		APIGet, APICancel, APIRequeue,
 		CodeBeyondHorizon, CodeBadMaxRetry, CodeBadAckWait, CodeBadBackoff, CodePayloadTooLarge, CodeDuplicateConflict,
@@ -30,24 +30,28 @@ func TestSubjectsMatchSpec(t *testing.T) {
 	}
 }
 
-// Ack subjects carry the bizType first, then the firing replica, the claim token and the task id
-// (which may contain dots).
+// Ack subjects carry the bizType first, then the task's partition, the claim token and the task
+// id (which may contain dots).
 func TestAckSubject(t *testing.T) {
 	t.Parallel()
-	if got := ackSubject("orders", "r1", 77, "order.42"); got != "ax.ack.orders.r1.77.order.42" {
+	if got := ackSubject("orders", 7, 77, "order.42"); got != "ax.ack.orders.7.77.order.42" {
 		t.Errorf("ackSubject = %q", got)
 	}
-	want := ackAddr{bizType: "orders", replica: "r1", token: 18446744073709551615, id: "order.42"}
-	if a, ok := parseAckSubject("ax.ack.orders.r1.18446744073709551615.order.42"); !ok || a != want {
+	want := ackAddr{bizType: "orders", partition: 59, token: 18446744073709551615, id: "order.42"}
+	if a, ok := parseAckSubject("ax.ack.orders.59.18446744073709551615.order.42"); !ok || a != want {
 		t.Errorf("parseAckSubject = %+v %v, want %+v", a, ok, want)
 	}
-	if got := ackFilter("r1"); got != "ax.ack.*.r1.>" {
+	if a, ok := parseAckSubject(ackSubject("orders", 0, 3, "x")); !ok || a.partition != 0 || a.token != 3 || a.id != "x" {
+		t.Errorf("parseAckSubject(ackSubject(orders, 0, 3, x)) = %+v %v", a, ok)
+	}
+	if got := ackFilter(12); got != "ax.ack.*.12.>" {
 		t.Errorf("ackFilter = %q", got)
 	}
 	for _, bad := range []string{
-		"ax.ack.orders.r1", "ax.ack.orders.r1.5", "ax.ack.orders.r1.x.id", "ax.ack.orders.r1.0.id", "ax.ack.orders.r1.-1.id",
-		"ax.ack.orders.r1.18446744073709551616.id", "ax.ack.orders.r1.2.", "ax.ack.r1.3.order-42", "ax.ack..r1.2.id",
-		"ax.ack.orders.r*.2.id", "ax.fire.orders.r1.2.id",
+		"ax.ack.orders.1", "ax.ack.orders.1.5", "ax.ack.orders.1.x.id", "ax.ack.orders.1.0.id", "ax.ack.orders.1.-1.id",
+		"ax.ack.orders.1.18446744073709551616.id", "ax.ack.orders.1.2.", "ax.ack.1.3.order-42", "ax.ack..1.2.id",
+		"ax.ack.orders.r1.2.id", "ax.ack.orders.-1.2.id", "ax.ack.orders.01.2.id", "ax.ack.orders.*.2.id",
+		"ax.ack.orders.99999999999.2.id", "ax.fire.orders.1.2.id",
 	} {
 		if a, ok := parseAckSubject(bad); ok {
 			t.Errorf("parseAckSubject(%q) accepted: %+v", bad, a)

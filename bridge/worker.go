@@ -85,6 +85,10 @@ func (b *Bridge) preRead(ctx context.Context, j job) {
 
 // leaseEnded counts a RUNNING task whose lease ran out as a failed attempt.
 func (b *Bridge) leaseEnded(ctx context.Context, j job) {
+	if !b.ownsTask(j.id) {
+		b.report(result{id: j.id, rev: j.rev, kind: jobLease, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), retry: true})
+		return
+	}
 	e, ok := b.load(ctx, j)
 	switch {
 	case !ok:
@@ -99,6 +103,10 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 	if due := b.leaseDue(&e.Task); due > nowMs {
 		// Not ended by this bridge's clock (another replica's lease ends a skew margin later here).
 		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: due})
+		return
+	}
+	if !b.ownsTask(j.id) {
+		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: addMs(nowMs, retryStoreAfter), retry: true})
 		return
 	}
 	next, err := kvstore.LeaseExpired(e.Task, nowMs)

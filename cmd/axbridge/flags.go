@@ -19,6 +19,8 @@ type options struct {
 
 	bucket, stream, consumer, replicaID string
 	replicas, partitions                int
+	partitionsSet                       bool // --partitions (or AX_PARTITIONS) was given
+	partitionLease                      time.Duration
 	maxRetry                            int
 	ackWait, retention                  time.Duration
 	pastTolerance, maxHorizon           time.Duration
@@ -61,10 +63,11 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.dataDir, "data-dir", "data", "embedded NATS server: JetStream store directory")
 	fs.StringVar(&o.bucket, "bucket", "AX_TASKS", "KV bucket for task records")
 	fs.StringVar(&o.stream, "stream", "AX_SCHEDULE", "stream that captures ax.schedule.>")
-	fs.StringVar(&o.consumer, "consumer", "axbridge", "durable consumer shared by bridge replicas (also the ack queue group)")
-	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in ack subjects and records, 1-64 of [A-Za-z0-9_-]; replicas need distinct ids, and a restarted one should keep its own (default: <host>-<8 hex>, kept in --data-dir/replica-id)")
+	fs.StringVar(&o.consumer, "consumer", "axbridge", "durable consumer shared by bridge replicas")
+	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in the members bucket, task records and the Ax-Replica header of its fires, 1-64 of [A-Za-z0-9_-]; replicas need distinct ids, and a restarted one should keep its own (default: <host>-<8 hex>, kept in --data-dir/replica-id)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the bucket and stream (3 on a cluster)")
-	fs.IntVar(&o.partitions, "partitions", 16, "partitions of a new bucket (fixed once the bucket exists)")
+	fs.IntVar(&o.partitions, "partitions", 60, "partitions of a new bucket, fixed once it exists (an existing bucket keeps its own unless this is given); replicas divide them, so pick a number that many replica counts divide: 60 for 1-6, 10, 12, 15, 20 or 30 replicas")
+	fs.DurationVar(&o.partitionLease, "partition-lease", 5*time.Second, "a replica that stops heartbeating loses its partitions to the others after this long (use the same on every replica)")
 	fs.IntVar(&o.maxRetry, "max-retry", kvstore.DefaultMaxRetry, "default retries after the first attempt (Ax-Max-Retry)")
 	fs.DurationVar(&o.ackWait, "ack-wait", kvstore.DefaultAckWait, "default time an attempt may run before it counts as failed (Ax-Ack-Wait)")
 	fs.StringVar(&o.backoff, "backoff", formatBackoff(kvstore.DefaultBackoff()), "default waits before retry 1, 2, ... (durations or ms, comma-separated); the last repeats (Ax-Backoff)")
@@ -100,6 +103,7 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	fs.Visit(func(f *flag.Flag) { o.partitionsSet = o.partitionsSet || f.Name == "partitions" })
 	return o, nil
 }
 

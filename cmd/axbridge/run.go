@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
 		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon,
 		LeaseSkew: o.leaseSkew, ReconcileInterval: o.reconcileInterval, IntakeMaxDeliver: o.intakeMaxDeliver,
+		PartitionLease:  o.partitionLease,
 		MaxPreReadTasks: o.preReadTasks, MaxPreReadBytes: o.preReadBytes,
 		Logger: log,
 	}
@@ -89,11 +90,32 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL})
+	partitions := o.partitions
+	if n, ok := existingPartitions(ctx, js, o.bucket); ok && !o.partitionsSet {
+		partitions = n // an existing bucket keeps its count; a new one gets the flag's default
+	}
+	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL})
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", o.bucket, err)
 	}
 	defer store.Close()
+
+	// Heartbeats go on a connection of their own, so that they do not queue behind the bridge's
+	// own traffic (a burst of claims): a replica whose heartbeats are late stops claiming.
+	mnc, err := connect(o, ns, log)
+	if err != nil {
+		return err
+	}
+	defer mnc.Close()
+	mjs, err := jetstream.New(mnc)
+	if err != nil {
+		return err
+	}
+	members, err := kvstore.OpenMembers(ctx, mjs, kvstore.MembersConfig{Bucket: o.bucket + "_MEMBERS", Replicas: o.replicas})
+	if err != nil {
+		return fmt.Errorf("open members bucket: %w", err)
+	}
+	cfg.Members = members
 
 	b, err := bridge.New(nc, store, cfg)
 	if err != nil {

@@ -111,7 +111,7 @@ func TestRunEmbedded(t *testing.T) {
 	}
 	_ = got.Respond([]byte("+ACK"))
 	// --retention is the server TTL of the final record.
-	subject := "$KV.AX_TASKS." + kvstore.Key("order-42", kvstore.DefaultPartitions)
+	subject := "$KV.AX_TASKS." + kvstore.Key("order-42", 60) // a new bucket gets --partitions' default, 60
 	var ttl string
 	if !poll(10*time.Second, func() bool {
 		raw, err := js.GetLastMsg("KV_AX_TASKS", subject)

@@ -1,0 +1,484 @@
+package bridge
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// Replicas divide the bucket's partitions among the live ones. Each replica heartbeats its key in
+// the membership bucket every PartitionLease/4 and watches the others' keys; a replica counts as
+// alive here until PartitionLease after its last heartbeat arrived (or its key was deleted, as a
+// replica does when it stops). Every replica computes the same assignment from the same live set
+// (assign: rendezvous hashing with bounded loads, so that each owns an equal share), and a join
+// or a death moves few partitions besides those that must move.
+//
+// Self-fencing: a replica owns its partitions only until PartitionLease − a margin after it sent
+// its last heartbeat that the server confirmed. Others count it alive until PartitionLease after
+// that heartbeat arrived, which is later, so a replica that is cut off or paused stops claiming and
+// firing before anybody takes over its partitions. Claims and fires check ownership right before
+// they go out (and a fire again after its claim returned); CAS on every transition keeps an
+// overlap harmless.
+
+// Membership is what the bridge needs from the membership bucket; *kvstore.Members implements it.
+type Membership interface {
+	Heartbeat(ctx context.Context, replica string, ttl time.Duration) error
+	Leave(ctx context.Context, replica string) error
+	WatchMembers(ctx context.Context) (<-chan kvstore.MemberEvent, error)
+	Campaign(ctx context.Context, key, holder string, ttl time.Duration) (uint64, error)
+	Renew(ctx context.Context, key, holder string, rev uint64, ttl time.Duration) (uint64, error)
+	Resign(ctx context.Context, key string, rev uint64) error
+}
+
+// ownership is which partitions this replica owns, and until when (monotonic) unless a heartbeat
+// renews it. A snapshot is never changed once published.
+type ownership struct {
+	parts []bool
+	n     int // how many are owned
+	until time.Time
+}
+
+// owned is the sorted list of owned partitions.
+func (o *ownership) owned() []int {
+	var ps []int
+	for p, ok := range o.parts {
+		if ok {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// ownsPartition reports whether this replica owns partition p now: claims and fires check it.
+func (b *Bridge) ownsPartition(p int) bool {
+	o := b.own.Load()
+	return o != nil && p < len(o.parts) && o.parts[p] && time.Now().Before(o.until)
+}
+
+// alive reports whether this replica's heartbeats are confirmed recently enough that nobody else
+// can have taken its partitions over: a claim that landed is fired only then. (A claim that landed
+// while the partition moved to another live replica is fired all the same: it won its CAS, and
+// the new owner waits for its lease.)
+func (b *Bridge) alive() bool {
+	o := b.own.Load()
+	return o != nil && time.Now().Before(o.until)
+}
+
+// ownsTask reports whether this replica owns the partition of task id now.
+func (b *Bridge) ownsTask(id string) bool { return b.ownsPartition(kvstore.Partition(id, b.nparts)) }
+
+// fenceMargin is how much earlier than the others this replica stops owning its partitions after
+// its last confirmed heartbeat: a fifth of the lease (the others count from the heartbeat's
+// arrival, which is later than its sending, from which this replica counts).
+func (b *Bridge) fenceMargin() time.Duration { return b.cfg.PartitionLease / 5 }
+
+// assign gives each of n partitions an owner among members (sorted, distinct), every member
+// either ⌊n/len⌋ or ⌈n/len⌉ of them: rendezvous hashing with bounded loads. All (member,
+// partition) pairs are taken in order of their score, highest first, and a pair assigns its
+// partition unless the partition has an owner or the member its share. Replicas that see the same
+// members compute the same assignment, and a change of members moves few partitions besides
+// those that must move (a dead member's, or a joining member's share).
+func assign(members []string, n int) []string {
+	owner := make([]string, n)
+	if len(members) == 0 {
+		return owner
+	}
+	type pair struct {
+		score uint64
+		m     int
+		p     int
+	}
+	pairs := make([]pair, 0, len(members)*n)
+	for i, m := range members {
+		for p := range n {
+			pairs = append(pairs, pair{score(m, p), i, p})
+		}
+	}
+	slices.SortFunc(pairs, func(a, b pair) int {
+		switch {
+		case a.score != b.score:
+			if a.score > b.score {
+				return -1
+			}
+			return 1
+		case a.m != b.m:
+			return a.m - b.m
+		}
+		return a.p - b.p
+	})
+	base, extra := n/len(members), n%len(members)
+	load := make([]int, len(members))
+	big := 0 // members holding base+1
+	for _, pr := range pairs {
+		if owner[pr.p] != "" {
+			continue
+		}
+		switch l := load[pr.m]; {
+		case l < base:
+		case l == base && big < extra:
+			big++
+		default:
+			continue
+		}
+		load[pr.m]++
+		owner[pr.p] = members[pr.m]
+	}
+	return owner
+}
+
+// score is a stable hash of (member, partition): FNV-1a 64 finished with splitmix64's mixer, so
+// that close inputs spread.
+func score(member string, p int) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(member))
+	var buf [9]byte
+	buf[0] = '/'
+	binary.BigEndian.PutUint64(buf[1:], uint64(p))
+	h.Write(buf[:])
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// memberState is owned by the membership goroutine (runMembers).
+type memberState struct {
+	b       *Bridge
+	others  map[string]time.Time // live replicas but this one → when they expire here (monotonic)
+	loading map[string]time.Time // during a members watch's initial load: the keys seen so far
+	fence   time.Time            // this replica owns its partitions until then
+	parts   []bool
+	subs    map[int]*nats.Subscription // ack subscriptions by partition: owned, or in their grace
+	grace   map[int]time.Time          // lost partitions whose ack subscription ends then
+	fenced  bool                       // no heartbeat confirmed within the lease (logged once)
+}
+
+// startMembers writes the first heartbeat, loads the live members, computes the first
+// ownership and subscribes to the acks of its partitions; the goroutines that keep all of it up
+// to date run until ctx ends.
+func (b *Bridge) startMembers(ctx, membersCtx context.Context) error {
+	sent := time.Now()
+	hctx, cancel := withDefaultTimeout(ctx)
+	err := b.members.Heartbeat(hctx, b.cfg.ReplicaID, b.cfg.PartitionLease)
+	cancel()
+	if err != nil {
+		return err
+	}
+	events, err := b.members.WatchMembers(membersCtx)
+	if err != nil {
+		return err
+	}
+	s := &memberState{b: b, others: map[string]time.Time{}, loading: map[string]time.Time{},
+		subs: map[int]*nats.Subscription{}, grace: map[int]time.Time{}}
+	wctx, wcancel := withDefaultTimeout(ctx)
+	defer wcancel()
+	for s.loading != nil {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return errMembersWatchEnded
+			}
+			s.event(ev)
+		case <-wctx.Done():
+			return wctx.Err()
+		}
+	}
+	s.fence = sent.Add(b.cfg.PartitionLease - b.fenceMargin())
+	s.update()
+	b.memberState = s
+	confirmed := make(chan time.Time, 16) // heartbeats → runMembers: send times of confirmed heartbeats
+	b.membersRun.Add(3)
+	go func() {
+		defer b.membersRun.Done()
+		b.heartbeats(membersCtx, confirmed)
+	}()
+	go func() {
+		defer b.membersRun.Done()
+		s.run(membersCtx, events, confirmed)
+	}()
+	go func() {
+		defer b.membersRun.Done()
+		b.housekeeper(membersCtx)
+	}()
+	return nil
+}
+
+type membersError string
+
+func (e membersError) Error() string { return string(e) }
+
+const errMembersWatchEnded = membersError("bridge: the members watch ended")
+
+// heartbeats writes this replica's key every PartitionLease/4 and reports the send time of each
+// one the server confirmed. They do not wait for one another, so that one slow answer does not
+// hold the next heartbeat back, and each may take until the ownership it would renew ends
+// (lease − margin after its sending): a confirmation that comes later renews nothing.
+func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time) {
+	lease := b.cfg.PartitionLease
+	t := time.NewTicker(lease / 4)
+	defer t.Stop()
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	var failing atomic.Bool
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			hctx, cancel := context.WithTimeout(ctx, lease-b.fenceMargin())
+			err := b.members.Heartbeat(hctx, b.cfg.ReplicaID, lease)
+			cancel()
+			switch {
+			case err == nil:
+				if failing.Swap(false) {
+					b.log.Info("heartbeats confirmed again", "replica", b.cfg.ReplicaID)
+				}
+				select {
+				case confirmed <- sent:
+				case <-ctx.Done():
+				}
+			case ctx.Err() != nil:
+			default:
+				b.m.members.heartbeatErrors.Inc()
+				if !failing.Swap(true) {
+					b.log.Warn("heartbeat failed; this replica gives up its partitions if none is confirmed within the lease",
+						"replica", b.cfg.ReplicaID, "err", err)
+				}
+			}
+		}()
+	}
+}
+
+// run keeps the member view, the ownership and the ack subscriptions up to date until ctx ends.
+func (s *memberState) run(ctx context.Context, events <-chan kvstore.MemberEvent, confirmed <-chan time.Time) {
+	b := s.b
+	rewatched := make(chan (<-chan kvstore.MemberEvent), 1) // re-watch goroutine → run
+	rewatching := make(chan struct{})
+	close(rewatching)
+	defer func() { <-rewatching }()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				b.log.Warn("members watch ended; starting it again")
+				rewatching = make(chan struct{})
+				go func(done chan struct{}) {
+					defer close(done)
+					s.rewatch(ctx, rewatched)
+				}(rewatching)
+				break
+			}
+			s.event(ev)
+		case ch := <-rewatched:
+			events, s.loading = ch, map[string]time.Time{}
+		case sent := <-confirmed:
+			if f := sent.Add(b.cfg.PartitionLease - b.fenceMargin()); f.After(s.fence) {
+				s.fence = f
+			}
+		case <-timer.C:
+		}
+		next := s.update()
+		timer.Reset(max(time.Until(next), time.Millisecond))
+	}
+}
+
+// rewatch starts the members watch again, with a growing pause between attempts.
+func (s *memberState) rewatch(ctx context.Context, out chan<- (<-chan kvstore.MemberEvent)) {
+	pause := rewatchFirstPause
+	for {
+		ch, err := s.b.members.WatchMembers(ctx)
+		if err == nil {
+			select {
+			case out <- ch:
+			case <-ctx.Done():
+			}
+			return
+		}
+		s.b.log.Debug("start members watch; trying again", "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, rewatchMaxPause)
+	}
+}
+
+// event applies one change of the membership bucket. A key in a watch's initial load counts from
+// the server's time of its heartbeat (so a replica that died a while ago does not count as alive
+// for a whole lease more); a later one from its arrival here.
+func (s *memberState) event(ev kvstore.MemberEvent) {
+	lease := s.b.cfg.PartitionLease
+	switch {
+	case ev.InitDone:
+		if s.loading != nil {
+			s.others, s.loading = s.loading, nil
+		}
+	case ev.ID == s.b.cfg.ReplicaID || ev.ID == "":
+		// this replica's liveness is its own confirmed heartbeats
+	case ev.Deleted:
+		delete(s.others, ev.ID)
+		delete(s.loading, ev.ID)
+	case s.loading != nil:
+		age := max(s.b.cfg.Now().Sub(ev.At), 0)
+		if age < lease {
+			s.loading[ev.ID] = time.Now().Add(lease - age)
+		}
+	default:
+		s.others[ev.ID] = time.Now().Add(lease)
+	}
+}
+
+// update expires what ran out, recomputes the ownership, moves the ack subscriptions and
+// publishes a new snapshot; it returns when it must run again at the latest.
+func (s *memberState) update() time.Time {
+	b := s.b
+	now := time.Now()
+	next := now.Add(b.cfg.PartitionLease)
+	live := make([]string, 0, len(s.others)+1)
+	for id, exp := range s.others {
+		if !now.Before(exp) {
+			delete(s.others, id)
+			b.log.Info("replica no longer alive: its partitions move", "member", id)
+			continue
+		}
+		live = append(live, id)
+		if exp.Before(next) {
+			next = exp
+		}
+	}
+	self := now.Before(s.fence)
+	if self {
+		live = append(live, b.cfg.ReplicaID)
+		if s.fence.Before(next) {
+			next = s.fence
+		}
+	}
+	slices.Sort(live)
+	b.liveMembers.Store(int64(len(live)))
+	next = s.graceEnds(now, next)
+	if !self {
+		// Fenced: the snapshot's time has passed, so it claims and fires nothing; but it keeps
+		// its partitions' index and watch, so that once heartbeats are confirmed again it goes on
+		// at once if nothing moved meanwhile (and its watch has brought whatever others did).
+		if !s.fenced {
+			s.fenced = true
+			b.log.Warn("no heartbeat confirmed within the lease: this replica claims and fires nothing until one is",
+				"replica", b.cfg.ReplicaID)
+		}
+		b.own.Store(&ownership{parts: s.parts, n: owned(s.parts), until: s.fence})
+		b.m.members.owned.Set(0)
+		return next
+	}
+	wake := false
+	if s.fenced {
+		s.fenced, wake = false, true
+		b.log.Info("heartbeats confirmed again: this replica claims and fires in its partitions again", "replica", b.cfg.ReplicaID)
+	}
+	parts := make([]bool, b.nparts)
+	for p, m := range assign(live, b.nparts) {
+		parts[p] = m == b.cfg.ReplicaID
+	}
+	n := owned(parts)
+	changed := !slices.Equal(parts, s.parts)
+	if changed {
+		s.moveAckSubs(parts, now)
+		b.log.Info("partitions owned", "replica", b.cfg.ReplicaID, "owned", n, "of", b.nparts, "members", len(live))
+	}
+	s.parts = parts
+	b.own.Store(&ownership{parts: parts, n: n, until: s.fence})
+	b.m.members.owned.Set(float64(n))
+	if changed || wake {
+		select {
+		case b.ownChanged <- struct{}{}:
+		default:
+		}
+	}
+	return next
+}
+
+// graceEnds ends the ack subscriptions whose grace is over and returns next, or the end of the
+// next grace if sooner.
+func (s *memberState) graceEnds(now, next time.Time) time.Time {
+	for p, end := range s.grace {
+		if !now.Before(end) {
+			if sub := s.subs[p]; sub != nil {
+				_ = sub.Unsubscribe()
+			}
+			delete(s.subs, p)
+			delete(s.grace, p)
+		} else if end.Before(next) {
+			next = end
+		}
+	}
+	return next
+}
+
+func owned(parts []bool) int {
+	n := 0
+	for _, ok := range parts {
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// moveAckSubs subscribes to the acks of gained partitions before they are published as owned, and
+// keeps a lost partition's subscription for a lease, so that an ack that arrives during a move is
+// applied by someone (every subscriber of a partition gets each of its acks; CAS makes a second
+// application a no-op).
+func (s *memberState) moveAckSubs(parts []bool, now time.Time) {
+	b := s.b
+	for p, own := range parts {
+		switch {
+		case own && s.subs[p] != nil:
+			delete(s.grace, p)
+		case own:
+			sub, err := b.nc.Subscribe(ackFilter(p), b.onAck)
+			if err != nil {
+				b.log.Error("subscribe to acks of a partition", "partition", p, "err", err)
+				continue
+			}
+			_ = sub.SetPendingLimits(ackPendingMsgs, ackPendingBytes)
+			b.m.ack.countDrops(sub)
+			s.subs[p] = sub
+		case s.subs[p] != nil:
+			if _, ok := s.grace[p]; !ok {
+				s.grace[p] = now.Add(b.cfg.PartitionLease)
+			}
+		}
+	}
+}
+
+// ackSubscriptions are the ack subscriptions left once the membership goroutine has ended.
+func (s *memberState) ackSubscriptions() []*nats.Subscription {
+	subs := make([]*nats.Subscription, 0, len(s.subs))
+	for _, sub := range s.subs {
+		subs = append(subs, sub)
+	}
+	return subs
+}
