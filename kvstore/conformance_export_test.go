@@ -32,3 +32,7 @@ func WatchHighWaterForTest(w Watcher) int { return w.(*watcher).highWater() }
 // SetWatchTargetHookForTest makes f run in every Watch of s between reading the leader's last
 // revision and creating the consumer.
 func SetWatchTargetHookForTest(s *JetStore, f func()) { s.testHookTarget = f }
+
+// SetBatchCommitHookForTest makes f run in every batch publish of s between its last added message
+// and its commit. It panics if s does not group its writes.
+func SetBatchCommitHookForTest(s *JetStore, f func()) { s.group.testHookCommit = f }
