@@ -88,7 +88,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL})
+	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: o.partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL,
+		BatchMax: o.writeBatch, Logger: log})
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", o.bucket, err)
 	}
