@@ -222,8 +222,9 @@ func (g *grouper) run() {
 		if len(pending) == 0 {
 			continue
 		}
-		// Wait for more writes, the open batch's flush time, or (held back) a batch's answer.
-		if len(pending) < g.max {
+		// Wait for more writes and the open batch's flush time, or, while batches are held back
+		// (maxBatchesInFlight unanswered), for an answer.
+		if held := g.flying.Load() >= maxBatchesInFlight; !held && len(pending) < g.max {
 			timer.Reset(max(g.delay-time.Since(pending[0].at), 0))
 		}
 		select {
