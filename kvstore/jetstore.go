@@ -25,7 +25,7 @@ const (
 	DefaultRetention   = 24 * time.Hour
 	DefaultMarkerTTL   = 15 * time.Minute
 	DefaultWatchBuffer = 4096
-	DefaultBatchMax    = 256
+	DefaultBatchMax    = 1000
 	DefaultBatchDelay  = time.Millisecond
 )
 
@@ -67,7 +67,7 @@ type Config struct {
 	// sending (the ordered consumer's flow control) until the reader catches up.
 	WatchBuffer int
 	// BatchMax is the most async writes (CreateAsync, UpdateAsync, DeleteAsync) grouped into one
-	// atomic batch publish (default 256, at most 1000, the server's default limit); 1 sends each
+	// atomic batch publish (default and at most 1000, the server's default limit); 1 sends each
 	// write on its own, pipelined. Grouping needs a server that allows atomic publish (2.12+):
 	// OpenJetStore turns AllowAtomicPublish on for the bucket's stream, and if the server refuses,
 	// logs it once and sends each write on its own. See jetstore_group.go.

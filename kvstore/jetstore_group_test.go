@@ -125,9 +125,11 @@ func TestJetStoreGroupedWrites(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	js := newJS(t, srv.ClientURL())
-	s := openJetStore(t, js, groupedConfig())
+	cfg := groupedConfig()
+	cfg.BatchMax = 128
+	s := openJetStore(t, js, cfg)
 	ctx := testContext(t)
-	const n = 300 // more than one batch of DefaultBatchMax
+	const n = 300 // three batches of 128
 	tasks := make([]*kvstore.Task, n)
 	revs := make([]uint64, n)
 	for i := range n {
