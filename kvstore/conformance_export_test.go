@@ -33,6 +33,6 @@ func WatchHighWaterForTest(w Watcher) int { return w.(*watcher).highWater() }
 // revision and creating the consumer.
 func SetWatchTargetHookForTest(s *JetStore, f func()) { s.testHookTarget = f }
 
-// SetBatchCommitHookForTest makes f run in every batch publish of s between its last added message
-// and its commit. It panics if s does not group its writes.
-func SetBatchCommitHookForTest(s *JetStore, f func()) { s.group.testHookCommit = f }
+// SetBatchSendHookForTest makes f run in s before each batch's messages are sent. It panics if s
+// does not group its writes.
+func SetBatchSendHookForTest(s *JetStore, f func()) { s.group.testHookSend = f }

@@ -134,6 +134,10 @@ func (s *JetStore) publish(op *asyncOp, m *nats.Msg) {
 	if op.err == nil {
 		op.err = op.ctx.Err()
 	}
+	if op.err == nil && s.js.Conn().IsClosed() {
+		// nats.go reports it unwrapped if no async publish has made its reply handler yet.
+		op.err = errConnClosed
+	}
 	if op.err == nil {
 		s.singles.Add(1)
 		deadline, _ := op.ctx.Deadline()

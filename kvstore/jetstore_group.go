@@ -117,9 +117,8 @@ type grouper struct {
 	running bool      // a run goroutine is live; it clears this when it finds nothing to do
 	wake    chan struct{}
 
-	// testHookCommit, if set, runs in each batch publish between the last core-published message
-	// and the commit.
-	testHookCommit func()
+	// testHookSend, if set, runs before each batch's messages are sent.
+	testHookSend func()
 
 	batches, batched, rejected, unknown atomic.Uint64
 }
@@ -292,6 +291,9 @@ func (g *grouper) send(batch []groupOp) {
 // send) and, pipelined, its commit, whose future it sets in bop. An error means the commit was not
 // sent, so nothing of the batch can land.
 func (g *grouper) publishBatch(bop *asyncOp, batch []groupOp) error {
+	if g.testHookSend != nil {
+		g.testHookSend()
+	}
 	nc := g.s.js.Conn()
 	if nc.IsClosed() {
 		return errConnClosed
@@ -305,9 +307,6 @@ func (g *grouper) publishBatch(bop *asyncOp, batch []groupOp) error {
 		if err := nc.PublishMsg(m); err != nil {
 			return err
 		}
-	}
-	if g.testHookCommit != nil {
-		g.testHookCommit()
 	}
 	m := copyMsg(batch[last].msg)
 	m.Header.Set(jetstreamext.BatchIDHeader, id)
