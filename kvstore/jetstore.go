@@ -70,7 +70,9 @@ type Config struct {
 	// atomic batch publish (default and at most 1000, the server's default limit); 1 sends each
 	// write on its own, pipelined. Grouping needs a server that allows atomic publish (2.12+):
 	// OpenJetStore turns AllowAtomicPublish on for the bucket's stream, and if the server refuses,
-	// logs it once and sends each write on its own. See jetstore_group.go.
+	// logs it once and sends each write on its own. See jetstore_group.go. On one node without
+	// sync_interval: always grouping costs more than it saves (the server fsyncs a staging store
+	// per batch): use 1 there.
 	BatchMax int
 	// BatchDelay is how long a batch that is not full waits for more writes after its first
 	// (default 1ms, at most 100ms).

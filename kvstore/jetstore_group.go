@@ -24,8 +24,11 @@ import (
 // started when work arrives and gone when it has none, collects them into an open batch and
 // flushes it when it holds BatchMax writes or BatchDelay after its first write joined. A flushed
 // batch is one atomic batch publish, which the server checks and stores whole or not at all, with
-// one fsync (one raft proposal on a replicated stream). Each message keeps its own headers: the
-// expected last subject sequence (the CAS), Nats-TTL, the purge marker's rollup.
+// one fsync of the stream (one raft proposal on a replicated stream). Each message keeps its own
+// headers: the expected last subject sequence (the CAS), Nats-TTL, the purge marker's rollup.
+// The price: on one node with file storage the server stages each batch in a file store of its
+// own that it fsyncs at the commit, so without sync_interval: always, where single writes are
+// never fsynced, grouping is slower than single writes (bench/README.md, "After grouped writes").
 //
 // Order. The grouper sends every batch itself, in order, on the store's connection: the batch's
 // messages as core publishes with jetstreamext's batch headers, its commit as a pipelined
