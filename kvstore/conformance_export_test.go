@@ -32,3 +32,7 @@ func WatchHighWaterForTest(w Watcher) int { return w.(*watcher).highWater() }
 // SetWatchTargetHookForTest makes f run in every Watch of s between reading the leader's last
 // revision and creating the consumer.
 func SetWatchTargetHookForTest(s *JetStore, f func()) { s.testHookTarget = f }
+
+// SetBatchSendHookForTest makes f run in s before each batch's messages are sent. It panics if s
+// does not group its writes.
+func SetBatchSendHookForTest(s *JetStore, f func()) { s.group.testHookSend = f }

@@ -65,6 +65,18 @@ func TestJetStore(t *testing.T) {
 	})
 }
 
+// TestJetStoreSingleWrites runs the suite with grouping off (BatchMax 1): every async write goes
+// out on its own, as on a server without atomic publish.
+func TestJetStoreSingleWrites(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	testStore(t, func(t *testing.T, opts ...harnessOpt) harness {
+		cfg := newHarnessConfig(opts)
+		cfg.batchMax = 1
+		return jetHarness(t, srv.ClientURL(), 1, cfg)
+	})
+}
+
 // TestJetStoreR3 runs the suite on a replicated bucket of a 3-node cluster, where the server
 // reports CAS conflicts with code 10164 instead of 10071.
 func TestJetStoreR3(t *testing.T) {
@@ -91,7 +103,10 @@ func jetHarness(t *testing.T, url string, replicas int, cfg harnessConfig) harne
 	t.Helper()
 	js := newJS(t, url)
 	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Replicas: replicas,
-		Retention: cfg.retention, MarkerTTL: cfg.markerTTL})
+		Retention: cfg.retention, MarkerTTL: cfg.markerTTL, BatchMax: cfg.batchMax})
+	if s.Grouping() != (cfg.batchMax != 1) {
+		t.Fatalf("BatchMax %d: grouping %v", cfg.batchMax, s.Grouping())
+	}
 	return harness{
 		store: s,
 		putRaw: func(t *testing.T, key string, val []byte) {

@@ -29,6 +29,10 @@
 //     metadata) and otherwise checks it. The one change it makes is to a bucket without
 //     per-message TTLs (created before them): a stream update of AllowMsgTTL and
 //     SubjectDeleteMarkerTTL alone. If the server refuses it, OpenJetStore fails.
+//   - Atomic batch publish (AllowAtomicPublish, server 2.12+), for grouped writes (below): set
+//     on a new bucket's stream right after it is created, and added to an existing one, by a
+//     stream update of that field alone, unless Config.BatchMax is 1. If the server refuses it
+//     (or ignores it), the store logs that once and sends every write on its own.
 //
 // # Revisions and CAS
 //
@@ -41,7 +45,13 @@
 // a single-replica stream, 10164 on a replicated one; nats.go surfaces these as ErrKeyExists,
 // ErrKeyRevisionMismatch or a bare API error, and one function (mapError) translates them all.
 // The Async variants pipeline the same writes (published at once, completed in order by a few
-// goroutines) and report the same outcomes. A write that no server takes (a replicated bucket
+// goroutines) and report the same outcomes. With Config.BatchMax above 1 they are grouped: up to
+// BatchMax writes, collected for at most Config.BatchDelay, go out as one atomic batch publish
+// (one fsync under sync_interval: always, one raft proposal on a replicated bucket), each with
+// its own expected revision and TTL, at most one write per key in a batch. A batch the server
+// refuses (one stale revision, a busy key, a create over a marker) stored nothing, and its writes
+// go out again one by one, so each reports what it would have alone; a batch without an answer
+// reports "outcome unknown" for each of its writes (jetstore_group.go). A write that no server takes (a replicated bucket
 // electing its leader answers "no responders") is sent again every 50ms until the operation's
 // deadline: nothing took it, so sending it again cannot write twice.
 //

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +25,8 @@ const (
 	DefaultRetention   = 24 * time.Hour
 	DefaultMarkerTTL   = 15 * time.Minute
 	DefaultWatchBuffer = 4096
+	DefaultBatchMax    = 1000
+	DefaultBatchDelay  = time.Millisecond
 )
 
 // MetaPartitions is the bucket metadata key that records the partition count.
@@ -62,6 +66,19 @@ type Config struct {
 	// When it is full the watcher stops taking messages from the server, and the server stops
 	// sending (the ordered consumer's flow control) until the reader catches up.
 	WatchBuffer int
+	// BatchMax is the most async writes (CreateAsync, UpdateAsync, DeleteAsync) grouped into one
+	// atomic batch publish (default and at most 1000, the server's default limit); 1 sends each
+	// write on its own, pipelined. Grouping needs a server that allows atomic publish (2.12+):
+	// OpenJetStore turns AllowAtomicPublish on for the bucket's stream, and if the server refuses,
+	// logs it once and sends each write on its own. See jetstore_group.go. On one node without
+	// sync_interval: always grouping costs more than it saves (the server fsyncs a staging store
+	// per batch): use 1 there.
+	BatchMax int
+	// BatchDelay is how long a batch that is not full waits for more writes after its first
+	// (default 1ms, at most 100ms).
+	BatchDelay time.Duration
+	// Logger receives the store's few logs (default: discard).
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -72,6 +89,11 @@ func (c Config) withDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.MarkerTTL = cmp.Or(c.MarkerTTL, DefaultMarkerTTL)
 	c.WatchBuffer = cmp.Or(c.WatchBuffer, DefaultWatchBuffer)
+	c.BatchMax = cmp.Or(c.BatchMax, DefaultBatchMax)
+	c.BatchDelay = cmp.Or(c.BatchDelay, DefaultBatchDelay)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	return c
 }
 
@@ -89,6 +111,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("kvstore: marker TTL %v: want at least 1s", c.MarkerTTL)
 	case c.WatchBuffer < 1:
 		return fmt.Errorf("kvstore: watch buffer %d: want at least 1", c.WatchBuffer)
+	case c.BatchMax < 1 || c.BatchMax > maxBatchSize:
+		return fmt.Errorf("kvstore: batch max %d out of range 1..%d", c.BatchMax, maxBatchSize)
+	case c.BatchDelay < 0 || c.BatchDelay > 100*time.Millisecond:
+		return fmt.Errorf("kvstore: batch delay %v out of range 0..100ms", c.BatchDelay)
 	}
 	return nil
 }
@@ -113,6 +139,8 @@ type JetStore struct {
 	waiters int        // running waiter goroutines, at most maxWaiters
 	closed  bool
 	ops     sync.WaitGroup // async ops started and not yet completed
+	singles atomic.Uint64  // writes sent on their own (WriteStats)
+	group   *grouper       // nil: no grouping (jetstore_group.go)
 }
 
 // OpenJetStore opens the task bucket, creating it if absent, and checks that its partition count
@@ -155,34 +183,61 @@ func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*Jet
 		return nil, fmt.Errorf("%w: bucket %s was created with %d partitions, configured %d",
 			ErrPartitions, cfg.Bucket, n, cfg.Partitions)
 	}
-	if err := allowTTLs(ctx, js, st, cfg); err != nil {
+	sc, err := allowTTLs(ctx, js, st, cfg)
+	if err != nil {
 		return nil, err
 	}
-	return &JetStore{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".",
+	s := &JetStore{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".",
 		msgGet:       apiPrefix(js.Options()) + "STREAM.MSG.GET.KV_" + cfg.Bucket,
-		retentionTTL: cfg.Retention.String(), markerTTL: cfg.MarkerTTL.String()}, nil
+		retentionTTL: cfg.Retention.String(), markerTTL: cfg.MarkerTTL.String()}
+	if cfg.BatchMax > 1 && allowAtomic(ctx, js, sc, cfg) {
+		s.group = newGrouper(s, cfg.BatchMax, cfg.BatchDelay)
+	}
+	return s, nil
+}
+
+// allowAtomic makes the bucket's stream take atomic batch publishes, if it does not yet: a stream
+// update of AllowAtomicPublish alone. If the server refuses it (or, older than 2.12, ignores it),
+// it logs that once and reports false: the store then sends each write on its own.
+func allowAtomic(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, cfg Config) bool {
+	if sc.AllowAtomicPublish {
+		return true
+	}
+	sc.AllowAtomicPublish = true
+	stream, err := js.UpdateStream(ctx, sc)
+	if err == nil && !stream.CachedInfo().Config.AllowAtomicPublish {
+		err = errors.New("the server ignored AllowAtomicPublish (older than 2.12?)")
+	}
+	if err != nil {
+		cfg.Logger.Warn("kvstore: writes go out one by one: the bucket's stream does not allow atomic batch publish",
+			"bucket", cfg.Bucket, "stream", sc.Name, "error", err)
+		return false
+	}
+	return true
 }
 
 // allowTTLs makes the bucket's stream take per-message TTLs and leave delete markers that expire,
-// if it does not yet: a stream update of AllowMsgTTL and SubjectDeleteMarkerTTL alone.
-func allowTTLs(ctx context.Context, js jetstream.JetStream, st jetstream.KeyValueStatus, cfg Config) error {
+// if it does not yet: a stream update of AllowMsgTTL and SubjectDeleteMarkerTTL alone. It returns
+// the stream's config as it then is.
+func allowTTLs(ctx context.Context, js jetstream.JetStream, st jetstream.KeyValueStatus, cfg Config) (jetstream.StreamConfig, error) {
 	bs, ok := st.(*jetstream.KeyValueBucketStatus)
 	if !ok {
-		return fmt.Errorf("kvstore: bucket %s: unexpected status type %T", cfg.Bucket, st)
+		return jetstream.StreamConfig{}, fmt.Errorf("kvstore: bucket %s: unexpected status type %T", cfg.Bucket, st)
 	}
 	sc := bs.StreamInfo().Config
 	if sc.AllowMsgTTL && sc.SubjectDeleteMarkerTTL > 0 {
-		return nil
+		return sc, nil
 	}
 	sc.AllowMsgTTL = true
 	if sc.SubjectDeleteMarkerTTL <= 0 {
 		sc.SubjectDeleteMarkerTTL = cfg.MarkerTTL
 	}
-	if _, err := js.UpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("kvstore: bucket %s has no per-message TTLs and the server refused to allow them "+
+	stream, err := js.UpdateStream(ctx, sc)
+	if err != nil {
+		return sc, fmt.Errorf("kvstore: bucket %s has no per-message TTLs and the server refused to allow them "+
 			"(stream %s update: AllowMsgTTL, SubjectDeleteMarkerTTL %v): %w", cfg.Bucket, sc.Name, sc.SubjectDeleteMarkerTTL, err)
 	}
-	return nil
+	return stream.CachedInfo().Config, nil
 }
 
 // apiPrefix is the JetStream API prefix js sends its requests under, derived as nats.go does
@@ -227,7 +282,22 @@ func (s *JetStore) Create(ctx context.Context, t *Task) (Entry, error) {
 	}
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	if err := s.afterGrouped(ctx); err != nil {
+		return Entry{}, fmt.Errorf("create %s: %w", t.ID, err)
+	}
 	return s.create(ctx, t, key, val)
+}
+
+// afterGrouped waits until the grouper (if any) has sent every async write made before, so that
+// a synchronous write reaches the server after them, as it would behind single pipelined writes.
+func (s *JetStore) afterGrouped(ctx context.Context) error {
+	if s.group == nil {
+		return nil
+	}
+	if err := s.group.sent(ctx); err != nil {
+		return fmt.Errorf("not written: earlier async writes still unsent: %w", err)
+	}
+	return nil
 }
 
 func (s *JetStore) create(ctx context.Context, t *Task, key string, val []byte) (Entry, error) {
@@ -369,6 +439,9 @@ func (s *JetStore) Update(ctx context.Context, t *Task, rev uint64) (uint64, err
 	}
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	if err := s.afterGrouped(ctx); err != nil {
+		return 0, fmt.Errorf("update %s at revision %d: %w", t.ID, rev, err)
+	}
 	ack, err := s.casPublish(ctx, s.putMsg(t, key, val, rev))
 	if err != nil {
 		return 0, fmt.Errorf("update %s at revision %d: %w", t.ID, rev, mapError(err))
@@ -384,6 +457,9 @@ func (s *JetStore) Delete(ctx context.Context, id string, rev uint64) error {
 	}
 	ctx, cancel := withTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	if err := s.afterGrouped(ctx); err != nil {
+		return fmt.Errorf("delete %s at revision %d: %w", id, rev, err)
+	}
 	if _, err := s.casPublish(ctx, s.purgeMsg(Key(id, s.cfg.Partitions), rev)); err != nil {
 		return fmt.Errorf("delete %s at revision %d: %w", id, rev, mapError(err))
 	}

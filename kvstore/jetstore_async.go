@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Pipelined writes.
+// Pipelined writes (the single path; jetstore_group.go groups them into atomic batches).
 //
 // An async call encodes the record, publishes it with js.PublishMsgAsync carrying the expected
 // last subject sequence, and appends the pending op to s.queue. Up to maxWaiters goroutines, started
@@ -103,7 +103,8 @@ func (s *JetStore) DeleteAsync(ctx context.Context, id string, rev uint64, done 
 	})
 }
 
-// submit publishes m (unless err is already set) and queues the op for a waiter.
+// submit starts the write m (unless err is already set): into the grouper if the store groups
+// its writes (jetstore_group.go), else as a single pipelined publish.
 func (s *JetStore) submit(ctx context.Context, m *nats.Msg, err error, finish func(context.Context, uint64, error)) {
 	op := &asyncOp{err: err, finish: finish}
 	op.ctx, op.cancel = withTimeout(ctx, s.cfg.Timeout)
@@ -121,7 +122,24 @@ func (s *JetStore) submit(ctx context.Context, m *nats.Msg, err error, finish fu
 	if op.err == nil {
 		op.err = op.ctx.Err()
 	}
+	if op.err == nil && s.group != nil {
+		s.group.add(op, m)
+		return
+	}
+	s.publish(op, m)
+}
+
+// publish sends m as a single pipelined write (unless op.err is set) and queues op for a waiter.
+func (s *JetStore) publish(op *asyncOp, m *nats.Msg) {
 	if op.err == nil {
+		op.err = op.ctx.Err()
+	}
+	if op.err == nil && s.js.Conn().IsClosed() {
+		// nats.go reports it unwrapped if no async publish has made its reply handler yet.
+		op.err = errConnClosed
+	}
+	if op.err == nil {
+		s.singles.Add(1)
 		deadline, _ := op.ctx.Deadline()
 		opts := append(waitForLeader(op.ctx), jetstream.WithStallWait(max(time.Until(deadline), time.Millisecond)))
 		op.paf, op.err = s.js.PublishMsgAsync(m, opts...)
@@ -129,7 +147,11 @@ func (s *JetStore) submit(ctx context.Context, m *nats.Msg, err error, finish fu
 			op.err = fmt.Errorf("kvstore: too many writes pending: %w", op.err)
 		}
 	}
+	s.await(op)
+}
 
+// await queues op, published or failed, for a waiter.
+func (s *JetStore) await(op *asyncOp) {
 	s.mu.Lock()
 	s.queue = append(s.queue, op)
 	if s.waiters < maxWaiters {

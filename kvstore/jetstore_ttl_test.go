@@ -15,8 +15,8 @@ import (
 )
 
 // A bucket created before retention by TTL (as e2b1414 created it: history 1, no LimitMarkerTTL)
-// gets per-message TTLs and expiring markers when it is opened, nothing else changes, and from
-// then on its final records retire.
+// gets per-message TTLs and expiring markers when it is opened (and atomic publish, for grouped
+// writes), nothing else changes, and from then on its final records retire.
 func TestJetStoreOpenAddsTTLs(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
@@ -60,8 +60,11 @@ func TestJetStoreOpenAddsTTLs(t *testing.T) {
 		t.Fatalf("after open: AllowMsgTTL %v, SubjectDeleteMarkerTTL %v; want true, %v",
 			after.AllowMsgTTL, after.SubjectDeleteMarkerTTL, cfg.MarkerTTL)
 	}
+	if !after.AllowAtomicPublish {
+		t.Fatal("after open: the stream does not allow atomic publish (grouped writes)")
+	}
 	if b, a := withoutTTLs(before), withoutTTLs(after); !reflect.DeepEqual(b, a) {
-		t.Fatalf("open changed more than the TTL settings\nbefore: %+v\n after: %+v", b, a)
+		t.Fatalf("open changed more than the TTL and atomic publish settings\nbefore: %+v\n after: %+v", b, a)
 	}
 	if got := mustGet(t, s, "old"); got.Revision != oldRev {
 		t.Fatalf("old record at %d, want %d", got.Revision, oldRev)
@@ -98,7 +101,7 @@ func streamConfig(t *testing.T, js jetstream.JetStream, bucket string) jetstream
 // withoutTTLs is cfg without the two settings OpenJetStore adds and the metadata the server keeps
 // for itself (the API level a stream's features need, which TTLs raise).
 func withoutTTLs(cfg jetstream.StreamConfig) jetstream.StreamConfig {
-	cfg.AllowMsgTTL, cfg.SubjectDeleteMarkerTTL = false, 0
+	cfg.AllowMsgTTL, cfg.SubjectDeleteMarkerTTL, cfg.AllowAtomicPublish = false, 0, false
 	cfg.Metadata = maps.Clone(cfg.Metadata)
 	maps.DeleteFunc(cfg.Metadata, func(k, _ string) bool { return strings.HasPrefix(k, "_nats.") })
 	return cfg

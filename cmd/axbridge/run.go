@@ -94,7 +94,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if n, ok := existingPartitions(ctx, js, o.bucket); ok && !o.partitionsSet {
 		partitions = n // an existing bucket keeps its count; a new one gets the flag's default
 	}
-	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL})
+	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL,
+		BatchMax: o.writeBatch, Logger: log})
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", o.bucket, err)
 	}
