@@ -58,8 +58,8 @@ type observers struct {
 	mu    sync.Mutex
 	seen  map[fireKey]*fireSeen
 	per   []map[fireKey][]time.Time // per observer: when each copy arrived
-	early []string          // fires received before their Ax-Due-At
-	bad   []string          // fires whose headers or reply subject could not be read
+	early []string                  // fires received before their Ax-Due-At
+	bad   []string                  // fires whose headers or reply subject could not be read
 }
 
 func observe(t testing.TB, urls []string) *observers {
@@ -258,10 +258,31 @@ func newPublisher(t testing.TB, url string) *publisher {
 
 // publish schedules task id, due after delay, with the chaos tasks' policy.
 func (p *publisher) publish(id, biz string, delay time.Duration, extra ...string) {
+	p.publishHeaders(id, biz, append([]string{bridge.HeaderDelay, strconv.FormatInt(delay.Milliseconds(), 10)}, extra...)...)
+}
+
+// publishSpread schedules n tasks <biz>-<i> due from first to first+over, evenly, from a few
+// goroutines, and returns once each was accepted or refused.
+func (p *publisher) publishSpread(biz string, n int, first time.Time, over time.Duration, extra ...string) {
+	const workers = 8
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				at := first.Add(time.Duration(i) * over / time.Duration(n))
+				p.publishHeaders(biz+"-"+strconv.Itoa(i), biz,
+					append([]string{bridge.HeaderDeliverAt, strconv.FormatInt(at.UnixMilli(), 10)}, extra...)...)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// publishHeaders schedules task id with the headers kv (name, value, ...).
+func (p *publisher) publishHeaders(id, biz string, extra ...string) {
 	m := nats.NewMsg(bridge.SchedulePrefix + biz)
 	m.Data = []byte(id)
 	m.Header.Set(bridge.HeaderTaskID, id)
-	m.Header.Set(bridge.HeaderDelay, strconv.FormatInt(delay.Milliseconds(), 10))
 	for i := 0; i+1 < len(extra); i += 2 {
 		m.Header.Set(extra[i], extra[i+1])
 	}
@@ -354,7 +375,9 @@ type faultLog struct {
 	faults []fault
 }
 
-func (l *faultLog) rel(at time.Time) string { return at.Sub(l.origin).Truncate(time.Millisecond).String() }
+func (l *faultLog) rel(at time.Time) string {
+	return at.Sub(l.origin).Truncate(time.Millisecond).String()
+}
 
 func (l *faultLog) add(f fault) {
 	l.mu.Lock()
@@ -380,12 +403,19 @@ func (l *faultLog) byKind() map[string]int {
 func (l *faultLog) explain(replica string, strict bool, first, again time.Time) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, f := range l.faults {
-		if f.start.After(again) || f.settled.Before(first.Add(-time.Second)) {
-			continue
-		}
-		if f.kind == "nats-kill9" || f.target == replica || !strict {
-			return f.kind + " " + f.target, true
+	// A fault on the replica itself first, then a NATS node's, then (not strict) any replica's.
+	for _, pass := range []func(f fault) bool{
+		func(f fault) bool { return f.target == replica },
+		func(f fault) bool { return f.kind == "nats-kill9" },
+		func(fault) bool { return !strict },
+	} {
+		for _, f := range l.faults {
+			if f.start.After(again) || f.settled.Before(first.Add(-time.Second)) {
+				continue
+			}
+			if pass(f) {
+				return f.kind + " " + f.target, true
+			}
 		}
 	}
 	return "", false
@@ -394,12 +424,12 @@ func (l *faultLog) explain(replica string, strict bool, first, again time.Time) 
 // report is what a run's checks found.
 type report struct {
 	tasks, lost, early, dupAttempts, notHigher, tokensBack int
-	repeats, explained                                    int
-	lateOlder                                             int // older attempts delivered after a newer one was acked
-	byCause                                               map[string]int
-	strictRepeats                                         int // repeats whose replica came from Ax-Replica
-	firstLateness                                         []time.Duration
-	unexplained                                           []string
+	repeats, explained                                     int
+	lateOlder                                              int // older attempts delivered after a newer one was acked
+	byCause                                                map[string]int
+	strictRepeats                                          int // repeats whose replica came from Ax-Replica
+	firstLateness                                          []time.Duration
+	unexplained                                            []string
 }
 
 // checkFires runs the invariants on what the observers saw of the accepted tasks: each fired;
@@ -561,3 +591,23 @@ func chaosSeed(t testing.TB) uint64 {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+
+// durSpread is "p50 … p90 … p99 … max …" of ds (sorted here), or "none".
+func durSpread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	slices.Sort(ds)
+	q := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))].Truncate(time.Millisecond) }
+	return fmt.Sprintf("min %v, p50 %v, p90 %v, p99 %v, max %v", ds[0].Truncate(time.Millisecond), q(0.5), q(0.9), q(0.99), ds[len(ds)-1].Truncate(time.Millisecond))
+}
+
+// spreadOf is "min … median … max …" of the sorted vs, each written by f, or "none".
+func spreadOf[T any](vs []T, f func(T) string) string {
+	if len(vs) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("min %s, median %s, max %s", f(vs[0]), f(vs[len(vs)/2]), f(vs[len(vs)-1]))
+}
+
+func fmtPct(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }

@@ -163,7 +163,7 @@ func (p *bridgeProc) kill9() {
 }
 
 // pause stops the process with SIGSTOP; resume continues it with SIGCONT.
-func (p *bridgeProc) pause() error { return p.signal(syscall.SIGSTOP, true) }
+func (p *bridgeProc) pause() error  { return p.signal(syscall.SIGSTOP, true) }
 func (p *bridgeProc) resume() error { return p.signal(syscall.SIGCONT, false) }
 
 func (p *bridgeProc) signal(sig syscall.Signal, paused bool) error {

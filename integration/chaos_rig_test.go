@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/axbridge/axbridge/internal/natstest"
 	"github.com/axbridge/axbridge/internal/procs"
 	"github.com/axbridge/axbridge/kvstore"
@@ -25,6 +27,7 @@ type chaosRig struct {
 	revs      *revisionWatch
 	pub       *publisher
 	store     *kvstore.JetStore
+	js        jetstream.JetStream // on the test's own connection, all nodes
 	faults    *faultLog
 	seed      uint64
 	leaseSkew time.Duration
@@ -65,7 +68,7 @@ func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
 		}
 		r.bridges = append(r.bridges, p)
 	}
-	_, _, r.store = openStore(t, c.URL(), kvstore.Config{Replicas: 3})
+	_, r.js, r.store = openStore(t, c.URL(), kvstore.Config{Replicas: 3})
 	r.obs = observe(t, urls)
 	r.cons = consume(t, []string{c.URL(), strings.Join([]string{urls[2], urls[1], urls[0]}, ",")}, o.seed, o.rates)
 	r.revs = watchRevisions(t, c.URL())

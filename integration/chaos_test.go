@@ -123,7 +123,9 @@ type plannedFault struct {
 // seconds, never one that another fault holds down at that time.
 func planFaults(rng *rand.Rand, window time.Duration, bridges int, lease time.Duration) []plannedFault {
 	const round = 50 * time.Second
-	jitter := func(d time.Duration) time.Duration { return d + time.Duration(rng.Int64N(int64(4*time.Second))) - 2*time.Second }
+	jitter := func(d time.Duration) time.Duration {
+		return d + time.Duration(rng.Int64N(int64(4*time.Second))) - 2*time.Second
+	}
 	var plan []plannedFault
 	for start := time.Duration(0); start+round/2 <= window; start += round {
 		plan = append(plan,
