@@ -25,16 +25,16 @@ const (
 
 // bridgeSide is the client's connection and one running bridge.
 type bridgeSide struct {
-	nc       *nats.Conn // the client's
-	js       jetstream.JetStream
-	srv      *serverSet
-	b        *bridge.Bridge
-	bnc      *nats.Conn // the bridge's
-	store    *kvstore.JetStore
-	reg      *prometheus.Registry
-	claims   *claimCounter // on the first bridge's store
+	nc     *nats.Conn // the client's
+	js     jetstream.JetStream
+	srv    *serverSet
+	b      *bridge.Bridge
+	bnc    *nats.Conn // the bridge's
+	store  *kvstore.JetStore
+	reg    *prometheus.Registry
+	claims *claimCounter // on the first bridge's store
 	// more are bridges 2..N of --bridges N, each as the first: own connection, store, registry.
-	more []*replicaSide
+	more     []*replicaSide
 	rejected atomic.Int64 // schedule messages refused (ax.rejected.>): never stored, so lost
 	// duplicates counts ax.duplicate.> events: a schedule message whose task is already stored
 	// (here: a redelivery of the intake stream), so not lost; reported as a note.

@@ -249,7 +249,7 @@ type publisher struct {
 
 func newPublisher(t testing.TB, url string) *publisher {
 	nc := natstest.Connect(t, url)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,21 +261,40 @@ func (p *publisher) publish(id, biz string, delay time.Duration, extra ...string
 	p.publishHeaders(id, biz, append([]string{bridge.HeaderDelay, strconv.FormatInt(delay.Milliseconds(), 10)}, extra...)...)
 }
 
-// publishSpread schedules n tasks <biz>-<i> due from first to first+over, evenly, from a few
-// goroutines, and returns once each was accepted or refused.
+// publishSpread schedules n tasks <biz>-<i> due from first to first+over, evenly, with
+// pipelined publishes (one that fails is published again on its own), and returns once each
+// was accepted or refused.
 func (p *publisher) publishSpread(biz string, n int, first time.Time, over time.Duration, extra ...string) {
-	const workers = 8
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n; i += workers {
-				at := first.Add(time.Duration(i) * over / time.Duration(n))
-				p.publishHeaders(biz+"-"+strconv.Itoa(i), biz,
-					append([]string{bridge.HeaderDeliverAt, strconv.FormatInt(at.UnixMilli(), 10)}, extra...)...)
-			}
-		})
+	msg := func(i int) (string, []string) {
+		at := first.Add(time.Duration(i) * over / time.Duration(n))
+		return biz + "-" + strconv.Itoa(i), append([]string{bridge.HeaderDeliverAt, strconv.FormatInt(at.UnixMilli(), 10)}, extra...)
 	}
-	wg.Wait()
+	futures := make([]jetstream.PubAckFuture, n)
+	for i := range n {
+		id, hdr := msg(i)
+		m := nats.NewMsg(bridge.SchedulePrefix + biz)
+		m.Data = []byte(id)
+		m.Header.Set(bridge.HeaderTaskID, id)
+		for j := 0; j+1 < len(hdr); j += 2 {
+			m.Header.Set(hdr[j], hdr[j+1])
+		}
+		futures[i], _ = p.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
+	}
+	for i, f := range futures {
+		id, hdr := msg(i)
+		if f != nil {
+			select {
+			case <-f.Ok():
+				p.mu.Lock()
+				p.accepted[id] = true
+				p.mu.Unlock()
+				continue
+			case <-f.Err():
+			case <-time.After(time.Minute):
+			}
+		}
+		p.publishHeaders(id, biz, hdr...) // the task id makes a repeat a duplicate of the same task
+	}
 }
 
 // publishHeaders schedules task id with the headers kv (name, value, ...).
@@ -598,7 +617,9 @@ func durSpread(ds []time.Duration) string {
 		return "none"
 	}
 	slices.Sort(ds)
-	q := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))].Truncate(time.Millisecond) }
+	q := func(p float64) time.Duration {
+		return ds[min(len(ds)-1, int(p*float64(len(ds))))].Truncate(time.Millisecond)
+	}
 	return fmt.Sprintf("min %v, p50 %v, p90 %v, p99 %v, max %v", ds[0].Truncate(time.Millisecond), q(0.5), q(0.9), q(0.99), ds[len(ds)-1].Truncate(time.Millisecond))
 }
 

@@ -38,7 +38,7 @@ func TestChaos(t *testing.T) {
 		}
 		window = d
 	}
-	const ackWait = 2 * time.Second
+	const ackWait = 4 * time.Second
 	tasks := int(window.Seconds() * 50) // 2,500 in the CI-sized run
 	seed := chaosSeed(t)
 	t.Logf("seed %d (AX_CHAOS_SEED=%d replays it), %d tasks over %v", seed, seed, tasks, window)
