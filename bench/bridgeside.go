@@ -366,9 +366,9 @@ func (r *runner) bridgeSpread(ctx context.Context, srv *serverSet, x *result) er
 // claimValues sets key to the claim conflicts of every bridge, with a note of the claims
 // written and of the bridges' own claim conflict counters, where they have one.
 func (s *bridgeSide) claimValues(x *result, key string) {
-	claims, conflicts := claimTotals(s.claimCounters())
+	claims, conflicts, failed := claimTotals(s.claimCounters())
 	x.vals[key] = float64(conflicts)
-	note := fmt.Sprintf("%d bridge(s): %d claims written, %d conflicts", 1+len(s.more), claims, conflicts)
+	note := fmt.Sprintf("%d bridge(s): %d claims written, %d conflicts, %d failed otherwise (store errors, unknown outcomes)", 1+len(s.more), claims, conflicts, failed)
 	if v, ok := claimMetric(s.registries()); ok {
 		note += fmt.Sprintf("; the bridges' ax_claim*conflicts_total: %.0f", v)
 	}

@@ -19,6 +19,7 @@ import (
 type claimCounter struct {
 	*kvstore.JetStore
 	claims, conflicts atomic.Int64
+	failed            atomic.Int64 // claims that failed otherwise (store errors, unknown outcomes)
 }
 
 func (c *claimCounter) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error)) {
@@ -28,20 +29,24 @@ func (c *claimCounter) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uin
 	}
 	c.claims.Add(1)
 	c.JetStore.UpdateAsync(ctx, t, rev, func(r uint64, err error) {
-		if errors.Is(err, kvstore.ErrConflict) {
+		switch {
+		case errors.Is(err, kvstore.ErrConflict):
 			c.conflicts.Add(1)
+		case err != nil:
+			c.failed.Add(1)
 		}
 		done(r, err)
 	})
 }
 
 // claimTotals sums the counters of every bridge.
-func claimTotals(cs []*claimCounter) (claims, conflicts int64) {
+func claimTotals(cs []*claimCounter) (claims, conflicts, failed int64) {
 	for _, c := range cs {
 		claims += c.claims.Load()
 		conflicts += c.conflicts.Load()
+		failed += c.failed.Load()
 	}
-	return claims, conflicts
+	return claims, conflicts, failed
 }
 
 // claimMetric sums, over the registries, every counter whose name starts with ax_claim and ends

@@ -67,7 +67,7 @@ func TestClaimCounter(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := claimTotals([]*claimCounter{c}); n != 2 {
-		t.Errorf("an ack counted as a claim: %d claims", n)
+	if n, _, failed := claimTotals([]*claimCounter{c}); n != 2 || failed != 0 {
+		t.Errorf("an ack counted as a claim, or a failure: %d claims, %d failed", n, failed)
 	}
 }
