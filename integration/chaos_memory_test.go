@@ -32,7 +32,7 @@ func BenchmarkReplicaMemory(b *testing.B) {
 	nc := natstest.Connect(b, c.URL())
 
 	loader := newMetricsBridge(b, bin, "loader", c.URL())
-	if err := loader.start(time.Minute); err != nil {
+	if err := loader.start(3 * time.Minute); err != nil {
 		b.Fatal(err)
 	}
 	publishMsgs(b, nc, n, func(i int) *nats.Msg {
@@ -49,7 +49,7 @@ func BenchmarkReplicaMemory(b *testing.B) {
 
 	for b.Loop() {
 		solo := newMetricsBridge(b, bin, "solo", c.URL())
-		if err := solo.start(time.Minute); err != nil {
+		if err := solo.start(3 * time.Minute); err != nil {
 			b.Fatal(err)
 		}
 		soloIdx, soloRSS := steady(b, []*metricsBridge{solo}, n)
@@ -58,7 +58,7 @@ func BenchmarkReplicaMemory(b *testing.B) {
 		var three []*metricsBridge
 		for i := range 3 {
 			p := newMetricsBridge(b, bin, "r"+strconv.Itoa(i), c.URL())
-			if err := p.start(time.Minute); err != nil {
+			if err := p.start(3 * time.Minute); err != nil {
 				b.Fatal(err)
 			}
 			three = append(three, p)
@@ -82,27 +82,23 @@ func BenchmarkReplicaMemory(b *testing.B) {
 	}
 }
 
-// metricsBridge is a bridge subprocess with its Prometheus endpoint on a free port.
+// metricsBridge is a bridge subprocess with its Prometheus endpoint on a port the kernel picks.
 type metricsBridge struct {
 	*bridgeProc
-	metricsURL string
 }
 
 func newMetricsBridge(b testing.TB, bin, id, url string) *metricsBridge {
-	ports, err := procs.FreePorts(1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	p := newBridgeProc(b, bin, id, url, "--metrics-addr", addr) // the later flag wins
-	return &metricsBridge{bridgeProc: p, metricsURL: "http://" + addr + "/metrics"}
+	return &metricsBridge{newBridgeProc(b, bin, id, url, "--metrics-addr", "127.0.0.1:0")} // the later flag wins
 }
 
 // indexed is the bridge's ax_tasks_indexed.
 func (m *metricsBridge) indexed() (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, m.metricsURL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.metrics(), nil)
+	if err != nil {
+		return 0, err
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err
@@ -114,7 +110,7 @@ func (m *metricsBridge) indexed() (float64, error) {
 			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0, fmt.Errorf("no ax_tasks_indexed in %s", m.metricsURL)
+	return 0, fmt.Errorf("no ax_tasks_indexed in %s", m.metrics())
 }
 
 // steady waits until the bridges' ax_tasks_indexed together cover the n tasks and have not moved

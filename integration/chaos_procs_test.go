@@ -69,11 +69,15 @@ type bridgeProc struct {
 	bin     string
 	args    []string
 	logPath string // the process's stderr, every run appended
+	// fault is held by the chaos test for the whole of a fault on this bridge (kill and restart,
+	// pause and resume), so that two faults on one bridge never interleave.
+	fault sync.Mutex
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when the current run's process has exited
-	paused bool
+	mu         sync.Mutex
+	cmd        *exec.Cmd
+	done       chan struct{} // closed when the current run's process has exited
+	paused     bool
+	metricsURL string // from the current run's "metrics" log line, with --metrics-addr
 }
 
 // newBridgeProc prepares (does not start) bridge id on the NATS URL(s) url, with extra flags;
@@ -125,6 +129,11 @@ func (p *bridgeProc) startOnce(within time.Duration) error {
 		signalled := false
 		for sc.Scan() {
 			_, _ = io.WriteString(logf, sc.Text()+"\n")
+			if url, ok := metricsLine(sc.Text()); ok {
+				p.mu.Lock()
+				p.metricsURL = url
+				p.mu.Unlock()
+			}
 			if !signalled && strings.Contains(sc.Text(), `"msg":"ready`) {
 				close(ready)
 				signalled = true
@@ -138,12 +147,32 @@ func (p *bridgeProc) startOnce(within time.Duration) error {
 	case <-ready:
 		return nil
 	case <-done:
-		return fmt.Errorf("bridge %s exited before it was ready (%v): see its log", p.id, cmd.ProcessState)
+		return fmt.Errorf("bridge %s exited before it was ready (%v); its log ends:\n%s", p.id, cmd.ProcessState, p.logTail(5))
 	case <-time.After(within):
 		_ = cmd.Process.Kill()
 		<-done
 		return fmt.Errorf("bridge %s not ready within %v", p.id, within)
 	}
+}
+
+// metricsLine is the URL in the bridge's `"msg":"metrics","url":"…"` log line.
+func metricsLine(line string) (string, bool) {
+	if !strings.Contains(line, `"msg":"metrics"`) {
+		return "", false
+	}
+	_, rest, ok := strings.Cut(line, `"url":"`)
+	if !ok {
+		return "", false
+	}
+	url, _, ok := strings.Cut(rest, `"`)
+	return url, ok
+}
+
+// metrics is the current run's metrics URL ("" without --metrics-addr).
+func (p *bridgeProc) metrics() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.metricsURL
 }
 
 // pid is the current process's id.

@@ -159,6 +159,11 @@ func (r *chaosRig) inject(f plannedFault) {
 	t := r.t
 	down := func() { <-time.After(f.dur) } // how long the fault lasts, by plan
 	rec := fault{kind: f.kind}
+	if f.kind != "nats-kill9" {
+		b := r.bridges[f.target]
+		b.fault.Lock() // a restart that takes long (during an election) delays the next fault
+		defer b.fault.Unlock()
+	}
 	switch f.kind {
 	case "kill9":
 		b := r.bridges[f.target]
