@@ -236,6 +236,21 @@ func (p *bridgeProc) logTail(n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// logGrep is the first n lines of the process's log that contain s.
+func (p *bridgeProc) logGrep(s string, n int) string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, s) && len(out) < n {
+			out = append(out, strings.TrimRight(line, "\n"))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // cutProxy forwards TCP connections from its own loopback port to target until it is cut: then
 // it closes every connection it carries and refuses new ones (accepts and closes them at once)
 // until it is restored. It is how the chaos test cuts one bridge off NATS.

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,6 +70,9 @@ func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
 			url = strings.Join(purls, ",")
 		}
 		args := append([]string{"--replicas", "3", "--lease-skew", r.leaseSkew.String()}, o.extraArg...)
+		if lvl := os.Getenv("AX_CHAOS_LOG_LEVEL"); lvl != "" {
+			args = append(args, "--log-level", lvl)
+		}
 		p := newBridgeProc(t, bin, "b"+strconv.Itoa(i), url, args...)
 		if err := p.start(60 * time.Second); err != nil { // one by one: the first creates the bucket and stream
 			t.Fatalf("%v\n%s", err, p.logTail(20))
@@ -102,9 +106,13 @@ func (r *chaosRig) waitInterest() {
 	}
 }
 
-// logBridges writes the tail of every bridge's log (after a failure).
-func (r *chaosRig) logBridges() {
+// logBridges writes the tail of every bridge's log, and its lines about the tasks ids (after a
+// failure). AX_CHAOS_LOG_LEVEL=debug makes the bridges say more.
+func (r *chaosRig) logBridges(ids ...string) {
 	for _, b := range r.bridges {
 		r.t.Logf("bridge %s log tail:\n%s", b.id, b.logTail(15))
+		for _, id := range ids[:min(len(ids), 3)] {
+			r.t.Logf("bridge %s log on %s:\n%s", b.id, id, b.logGrep(`"`+id+`"`, 20))
+		}
 	}
 }

@@ -104,7 +104,7 @@ func TestChaos(t *testing.T) {
 	r.revs.check(t)
 	rep.log(t, r.faults)
 	if t.Failed() {
-		r.logBridges()
+		r.logBridges(rep.dupIDs...)
 	}
 }
 

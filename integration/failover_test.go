@@ -105,6 +105,6 @@ func TestFailoverKill9(t *testing.T) {
 	t.Logf("lateness of their first fires due after the kill (%d tasks): %s", len(lateness), durSpread(lateness))
 	t.Logf("the victim's attempts in flight at the kill (%d): kill -> next attempt: %s", len(inflight), durSpread(inflight))
 	if t.Failed() {
-		r.logBridges()
+		r.logBridges(rep.dupIDs...)
 	}
 }

@@ -65,7 +65,7 @@ func TestNATSLeaderLoss(t *testing.T) {
 		leader, r.faults.rel(killed), elected.Sub(killed).Truncate(time.Millisecond), gapTo.Sub(gapFrom).Truncate(time.Millisecond),
 		r.faults.rel(gapFrom), r.faults.rel(gapTo), gapTo.Sub(elected).Truncate(time.Millisecond))
 	if t.Failed() {
-		r.logBridges()
+		r.logBridges(rep.dupIDs...)
 	}
 }
 
