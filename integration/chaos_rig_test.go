@@ -34,6 +34,10 @@ type chaosRig struct {
 	leaseSkew time.Duration
 }
 
+// rigPartitions is the bucket's partition count, given to the bridges and the test's own store
+// alike (so that they agree whatever default either has): 60 divides among 3 replicas evenly.
+const rigPartitions = 60
+
 type rigOptions struct {
 	bridges  int
 	proxied  bool
@@ -69,7 +73,7 @@ func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
 			}
 			url = strings.Join(purls, ",")
 		}
-		args := append([]string{"--replicas", "3", "--lease-skew", r.leaseSkew.String()}, o.extraArg...)
+		args := append([]string{"--replicas", "3", "--partitions", strconv.Itoa(rigPartitions), "--lease-skew", r.leaseSkew.String()}, o.extraArg...)
 		if lvl := os.Getenv("AX_CHAOS_LOG_LEVEL"); lvl != "" {
 			args = append(args, "--log-level", lvl)
 		}
@@ -79,7 +83,7 @@ func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
 		}
 		r.bridges = append(r.bridges, p)
 	}
-	_, r.js, r.store = openStore(t, c.URL(), kvstore.Config{Replicas: 3})
+	_, r.js, r.store = openStore(t, c.URL(), kvstore.Config{Replicas: 3, Partitions: rigPartitions})
 	r.obs = observe(t, urls)
 	r.cons = consume(t, []string{c.URL(), strings.Join([]string{urls[2], urls[1], urls[0]}, ",")}, o.seed, o.rates)
 	r.revs = watchRevisions(t, c.URL())
