@@ -66,7 +66,7 @@ func TestBenchTinyAllRows(t *testing.T) {
 	for _, r := range rep.Rows {
 		got[r.Key] = r
 	}
-	bridgeOnly := map[string]bool{"heap_steady": true, "heap_restart": true}
+	bridgeOnly := map[string]bool{"heap_steady": true, "heap_restart": true, "spread_conflicts": true, "burst_conflicts": true}
 	for _, d := range rowDefs {
 		r, ok := got[d.key]
 		if !ok {
@@ -87,6 +87,37 @@ func TestBenchTinyAllRows(t *testing.T) {
 	if w := got["writes"]; w.Native == nil || *w.Native < 1 || w.Bridge == nil || *w.Bridge < 1 {
 		t.Errorf("writes per task: native %v bridge %v, want ≥ 1 each", w.Native, w.Bridge)
 	}
+}
+
+// --bridges 3: three bridges share the spread and the burst; nothing is lost or early, the claim
+// conflicts rows have a figure, and the notes count the claims of all three bridges.
+func TestBenchThreeBridges(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	args := []string{"--json", "--nats-server", serverBin, "--sync", "default", "--bridges", "3",
+		"--only", "spread,burst", "--burst", "300", "--spread", "100", "--lead", "3s"}
+	code := Main(context.Background(), args, &stdout, &stderr)
+	t.Log(stderr.String())
+	if code != 0 {
+		t.Fatalf("exit status %d\n%s", code, stdout.String())
+	}
+	var rep Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout.String())
+	}
+	if !rep.OK || rep.Settings["bridges"] != float64(3) {
+		t.Fatalf("report not ok or not 3 bridges: %v %v", rep.Errors, rep.Settings)
+	}
+	for _, r := range rep.Rows {
+		if (r.Key == "spread_conflicts" || r.Key == "burst_conflicts") && r.Bridge == nil {
+			t.Errorf("row %s: no figure", r.Key)
+		}
+	}
+	notes := strings.Join(rep.Notes, "\n")
+	if !strings.Contains(notes, "3 bridge(s):") {
+		t.Errorf("no claim note for 3 bridges:\n%s", notes)
+	}
+	t.Logf("notes:\n%s", notes)
 }
 
 // The table output (sync always, nats-server built by the bench itself) has a line per row of
@@ -200,6 +231,7 @@ func TestParseFlags(t *testing.T) {
 		{args: []string{"--only", "nope"}, wantErr: `--only "nope"`},
 		{args: []string{"--sync", "sometimes"}, wantErr: `--sync "sometimes"`},
 		{args: []string{"--burst", "0"}, wantErr: "--burst 0"},
+		{args: []string{"--bridges", "0"}, wantErr: "--bridges 0"},
 		{args: []string{"--log-level", "loud"}, wantErr: `--log-level "loud"`},
 		{args: []string{"extra"}, wantErr: "unexpected arguments"},
 	} {

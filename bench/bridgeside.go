@@ -25,13 +25,16 @@ const (
 
 // bridgeSide is the client's connection and one running bridge.
 type bridgeSide struct {
-	nc       *nats.Conn // the client's
-	js       jetstream.JetStream
-	srv      *serverSet
-	b        *bridge.Bridge
-	bnc      *nats.Conn // the bridge's
-	store    *kvstore.JetStore
-	reg      *prometheus.Registry
+	nc     *nats.Conn // the client's
+	js     jetstream.JetStream
+	srv    *serverSet
+	b      *bridge.Bridge
+	bnc    *nats.Conn // the bridge's
+	store  *kvstore.JetStore
+	reg    *prometheus.Registry
+	claims *claimCounter // on the first bridge's store
+	// more are bridges 2..N of --bridges N, each as the first: own connection, store, registry.
+	more     []*replicaSide
 	rejected atomic.Int64 // schedule messages refused (ax.rejected.>): never stored, so lost
 	// duplicates counts ax.duplicate.> events: a schedule message whose task is already stored
 	// (here: a redelivery of the intake stream), so not lost; reported as a note.
@@ -67,11 +70,73 @@ func (r *runner) openBridge(ctx context.Context, srv *serverSet) (*bridgeSide, e
 		s.close()
 		return nil, err
 	}
+	// --bridges N: the others start once the first has created the stream and bucket.
+	for i := 1; i < r.o.bridges; i++ {
+		rs, err := r.startReplica(ctx, srv, "bench-"+strconv.Itoa(i+1))
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.more = append(s.more, rs)
+		if err := waitReady(ctx, rs.b, time.Minute); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// replicaSide is one more bridge of --bridges N on its own connection, store and registry.
+type replicaSide struct {
+	b      *bridge.Bridge
+	nc     *nats.Conn
+	store  *kvstore.JetStore
+	reg    *prometheus.Registry
+	claims *claimCounter
+}
+
+// startReplica starts one more bridge, named id, as startBridge starts the first.
+func (r *runner) startReplica(ctx context.Context, srv *serverSet, id string) (*replicaSide, error) {
+	s := &bridgeSide{srv: srv}
+	if err := r.startBridgeNamed(ctx, s, id); err != nil {
+		return nil, err
+	}
+	return &replicaSide{b: s.b, nc: s.bnc, store: s.store, reg: s.reg, claims: s.claims}, nil
+}
+
+func (rs *replicaSide) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = rs.b.Stop(ctx)
+	_ = rs.store.Close()
+	rs.nc.Close()
+}
+
+// registries are every running bridge's metrics registry, the first bridge's first.
+func (s *bridgeSide) registries() []*prometheus.Registry {
+	regs := []*prometheus.Registry{s.reg}
+	for _, rs := range s.more {
+		regs = append(regs, rs.reg)
+	}
+	return regs
+}
+
+// claimCounters are every running bridge's claim counter, the first bridge's first.
+func (s *bridgeSide) claimCounters() []*claimCounter {
+	cs := []*claimCounter{s.claims}
+	for _, rs := range s.more {
+		cs = append(cs, rs.claims)
+	}
+	return cs
 }
 
 // startBridge opens the bucket and starts a bridge on its own connection (not waiting for Ready).
 func (r *runner) startBridge(ctx context.Context, s *bridgeSide) error {
+	return r.startBridgeNamed(ctx, s, "bench")
+}
+
+// startBridgeNamed is startBridge with the replica id id.
+func (r *runner) startBridgeNamed(ctx context.Context, s *bridgeSide, id string) error {
 	bnc, err := connect(s.srv.url(), "bench-bridge")
 	if err != nil {
 		return err
@@ -91,8 +156,9 @@ func (r *runner) startBridge(ctx context.Context, s *bridgeSide) error {
 		return fmt.Errorf("open bucket: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	b, err := bridge.New(bnc, store, bridge.Config{
-		ReplicaID: "bench", Stream: bridgeStream, StreamReplicas: s.srv.replicas(),
+	claims := &claimCounter{JetStore: store}
+	b, err := bridge.New(bnc, claims, bridge.Config{
+		ReplicaID: id, Stream: bridgeStream, StreamReplicas: s.srv.replicas(),
 		Logger: r.log, Registerer: reg,
 	})
 	if err != nil {
@@ -105,7 +171,7 @@ func (r *runner) startBridge(ctx context.Context, s *bridgeSide) error {
 		bnc.Close()
 		return fmt.Errorf("start bridge: %w", err)
 	}
-	s.b, s.bnc, s.store, s.reg = b, bnc, store, reg
+	s.b, s.bnc, s.store, s.reg, s.claims = b, bnc, store, reg, claims
 	return nil
 }
 
@@ -119,7 +185,11 @@ func (s *bridgeSide) stopBridge() {
 	_ = s.b.Stop(ctx)
 	_ = s.store.Close()
 	s.bnc.Close()
-	s.b, s.bnc, s.store, s.reg = nil, nil, nil, nil
+	s.b, s.bnc, s.store, s.reg, s.claims = nil, nil, nil, nil, nil
+	for _, rs := range s.more {
+		rs.stop()
+	}
+	s.more = nil
 }
 
 // account adds the side's rejections to x's lost tasks and notes its duplicate reports.
@@ -140,8 +210,13 @@ func (s *bridgeSide) close() {
 
 // ready waits for the bridge's Ready.
 func (r *runner) ready(ctx context.Context, s *bridgeSide, within time.Duration) error {
+	return waitReady(ctx, s.b, within)
+}
+
+// waitReady waits for b's Ready.
+func waitReady(ctx context.Context, b *bridge.Bridge, within time.Duration) error {
 	select {
-	case <-s.b.Ready():
+	case <-b.Ready():
 		return nil
 	case <-time.After(within):
 		return fmt.Errorf("bridge not ready within %v", within)
@@ -284,7 +359,20 @@ func (r *runner) bridgeSpread(ctx context.Context, srv *serverSet, x *result) er
 		return err
 	}
 	spreadValues(x, f)
+	s.claimValues(x, "spread_conflicts")
 	return nil
+}
+
+// claimValues sets key to the claim conflicts of every bridge, with a note of the claims
+// written and of the bridges' own claim conflict counters, where they have one.
+func (s *bridgeSide) claimValues(x *result, key string) {
+	claims, conflicts, failed := claimTotals(s.claimCounters())
+	x.vals[key] = float64(conflicts)
+	note := fmt.Sprintf("%d bridge(s): %d claims written, %d conflicts, %d failed otherwise (store errors, unknown outcomes)", 1+len(s.more), claims, conflicts, failed)
+	if v, ok := claimMetric(s.registries()); ok {
+		note += fmt.Sprintf("; the bridges' ax_claim*conflicts_total: %.0f", v)
+	}
+	x.notes = append(x.notes, note)
 }
 
 func (r *runner) bridgeBurst(ctx context.Context, srv *serverSet, x *result) error {
@@ -327,5 +415,6 @@ func (r *runner) bridgeBurst(ctx context.Context, srv *serverSet, x *result) err
 		return err
 	}
 	burstValues(x, total, f.lastAt().Sub(due), time.Unix(0, lastAck.Load()).Sub(due), before, after)
+	s.claimValues(x, "burst_conflicts")
 	return nil
 }

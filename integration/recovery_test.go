@@ -148,7 +148,7 @@ var (
 )
 
 // buildBridge builds cmd/axbridge once per test binary.
-func buildBridge(t *testing.T) string {
+func buildBridge(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "axbridge-bin")

@@ -1,0 +1,277 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// The checks of the chaos, node-loss and failover tests: the fault log a repeat must be
+// explained by, the invariants on what the observers saw, and the end state of the bucket.
+
+// fault is one injected fault, as it happened.
+type fault struct {
+	kind    string // kill9, stop, cut, nats-kill9
+	target  string // a replica id, or a NATS node name
+	start   time.Time
+	end     time.Time // when the target was back (restarted, resumed, reconnected)
+	settled time.Time // end plus the time its effects may last
+}
+
+// faultLog is the run's fault timeline, logged as it happens.
+type faultLog struct {
+	t      testing.TB
+	origin time.Time
+	mu     sync.Mutex
+	faults []fault
+}
+
+func (l *faultLog) rel(at time.Time) string {
+	return at.Sub(l.origin).Truncate(time.Millisecond).String()
+}
+
+func (l *faultLog) add(f fault) {
+	l.mu.Lock()
+	l.faults = append(l.faults, f)
+	l.mu.Unlock()
+	l.t.Logf("fault %-10s %-4s at +%s, back at +%s", f.kind, f.target, l.rel(f.start), l.rel(f.end))
+}
+
+func (l *faultLog) byKind() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := map[string]int{}
+	for _, f := range l.faults {
+		n[f.kind]++
+	}
+	return n
+}
+
+// explain names the fault that explains a repeat of an attempt fired by replica at first and
+// fired again at again: one on that replica (on any replica, while the fire does not say which
+// replica holds its ack: acks then go to a queue group of all of them), or a NATS node's loss,
+// in effect at some time between the two fires.
+func (l *faultLog) explain(replica string, strict bool, first, again time.Time) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// A fault on the replica itself first, then a NATS node's, then (not strict) any replica's.
+	for _, pass := range []func(f fault) bool{
+		func(f fault) bool { return f.target == replica },
+		func(f fault) bool { return f.kind == "nats-kill9" },
+		func(fault) bool { return !strict },
+	} {
+		for _, f := range l.faults {
+			if f.start.After(again) || f.settled.Before(first.Add(-time.Second)) {
+				continue
+			}
+			if pass(f) {
+				return f.kind + " " + f.target, true
+			}
+		}
+	}
+	return "", false
+}
+
+// report is what a run's checks found.
+type report struct {
+	tasks, lost, early, dupAttempts, notHigher, tokensBack int
+	repeats, explained                                     int
+	lateOlder                                              int // older attempts delivered after a newer one was acked
+	byCause                                                map[string]int
+	strictRepeats                                          int // repeats whose replica came from Ax-Replica
+	firstLateness                                          []time.Duration
+	unexplained                                            []string
+	dupIDs                                                 []string // tasks with an attempt fired twice
+}
+
+// checkFires runs the invariants on what the observers saw of the accepted tasks: each fired;
+// none early; no attempt twice; a repeat (a fire after an acked attempt) carries a higher attempt
+// and follows a fault on the replica that held it; tokens grow with attempts.
+func checkFires(t testing.TB, ids map[string]bool, o *observers, c *consumers, faults *faultLog) report {
+	t.Helper()
+	r := report{tasks: len(ids), byCause: map[string]int{}}
+	fires := o.byTask()
+	for id := range ids {
+		fs := fires[id]
+		if len(fs) == 0 {
+			r.lost++
+			if r.lost <= 10 {
+				t.Errorf("task %s never fired", id)
+			}
+			continue
+		}
+		r.firstLateness = append(r.firstLateness, fs[0].at.Sub(fs[0].due))
+		byAttempt := slices.Clone(fs)
+		sort.Slice(byAttempt, func(i, j int) bool { return byAttempt[i].attempt < byAttempt[j].attempt })
+		for i, f := range byAttempt {
+			if f.copies > 1 {
+				r.dupAttempts++
+				r.dupIDs = append(r.dupIDs, id)
+				t.Errorf("task %s attempt %d (token %s, replica %s, first at +%s) fired %d times: %s", id, f.attempt, f.token, f.replica, faults.rel(f.at), f.copies, o.arrivals(f.fireKey, faults))
+			}
+			if i > 0 {
+				prev := byAttempt[i-1]
+				a, _ := strconv.ParseUint(f.token, 10, 64)
+				b, _ := strconv.ParseUint(prev.token, 10, 64)
+				if f.attempt == prev.attempt || a <= b {
+					r.tokensBack++
+					t.Errorf("task %s: attempt %d token %s after attempt %d token %s", id, f.attempt, f.token, prev.attempt, prev.token)
+				}
+			}
+		}
+		for i, f := range fs {
+			for _, e := range fs[:i] {
+				ack := c.ackedAt(e.fireKey)
+				if ack.IsZero() || !ack.Before(f.at) {
+					continue
+				}
+				cause, ok := faults.explain(e.replica, e.strict, e.at, f.at)
+				switch {
+				case f.attempt < e.attempt:
+					// An older attempt delivered after a newer one: a fire that waited in its
+					// bridge's reconnect buffer (subjects.md, "Firing"). Its ack is ignored; it
+					// must follow a fault all the same.
+					r.lateOlder++
+					if !ok {
+						t.Errorf("task %s: attempt %d arrived after attempt %d was acked, with no fault to explain it", id, f.attempt, e.attempt)
+					}
+					continue
+				case f.attempt == e.attempt:
+					r.notHigher++
+					t.Errorf("task %s: attempt %d fired again after it was acked", id, f.attempt)
+				}
+				r.repeats++ // f fired after the consumer acked e
+				if f.strict {
+					r.strictRepeats++
+				}
+				if ok {
+					r.explained++
+					r.byCause[strings.Fields(cause)[0]]++
+				} else {
+					r.unexplained = append(r.unexplained, fmt.Sprintf("%s attempt %d (replica %s, at +%s, acked) again as attempt %d at +%s",
+						id, e.attempt, e.replica, faults.rel(e.at), f.attempt, faults.rel(f.at)))
+				}
+				break
+			}
+		}
+	}
+	o.mu.Lock()
+	r.early = len(o.early)
+	for _, s := range o.early[:min(len(o.early), 10)] {
+		t.Errorf("early fire: %s", s)
+	}
+	for _, s := range o.bad[:min(len(o.bad), 10)] {
+		t.Errorf("unreadable fire: %s", s)
+	}
+	o.mu.Unlock()
+	for _, s := range r.unexplained[:min(len(r.unexplained), 20)] {
+		t.Errorf("repeat explained by no fault: %s", s)
+	}
+	return r
+}
+
+// log writes the report's figures.
+func (r report) log(t testing.TB, faults *faultLog) {
+	t.Helper()
+	slices.Sort(r.firstLateness)
+	pct := func(q float64) time.Duration {
+		if len(r.firstLateness) == 0 {
+			return 0
+		}
+		return r.firstLateness[min(len(r.firstLateness)-1, int(q*float64(len(r.firstLateness))))]
+	}
+	rate := 0.0
+	if r.tasks > 0 {
+		rate = 100 * float64(r.repeats) / float64(r.tasks)
+	}
+	t.Logf("tasks %d, faults %v; lost %d, early %d, attempts fired twice %d, older attempts delivered late %d",
+		r.tasks, faults.byKind(), r.lost, r.early, r.dupAttempts, r.lateOlder)
+	t.Logf("repeats %d (%.2f%% of tasks; bar <= 1%%), explained %d by %v, unexplained %d; attributed by Ax-Replica: %d, by reply subject (any replica's fault): %d",
+		r.repeats, rate, r.explained, r.byCause, len(r.unexplained), r.strictRepeats, r.repeats-r.strictRepeats)
+	t.Logf("lateness of first fires: p50 %v, p99 %v, max %v", pct(0.50), pct(0.99), pct(1))
+}
+
+// settle waits (within) until every accepted task's record is SUCCESS, then checks that none is
+// RUNNING past its lease or WAITING past due, reading the ones still unsettled from the leader.
+func settle(t testing.TB, store *kvstore.JetStore, ids map[string]bool, within time.Duration, leaseSkew time.Duration) {
+	t.Helper()
+	left := make([]string, 0, len(ids))
+	for id := range ids {
+		left = append(left, id)
+	}
+	slices.Sort(left)
+	checkFor(within, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		es, err := store.GetMany(ctx, left)
+		if err != nil {
+			return false
+		}
+		done := map[string]bool{}
+		for _, e := range es {
+			if e.Task.Status == kvstore.StatusSuccess {
+				done[e.Task.ID] = true
+			}
+		}
+		left = slices.DeleteFunc(left, func(id string) bool { return done[id] })
+		return len(left) == 0
+	})
+	now := time.Now().UnixMilli()
+	for _, id := range left[:min(len(left), 20)] {
+		e, err := store.Get(context.Background(), id)
+		switch {
+		case err != nil:
+			t.Errorf("task %s: %v", id, err)
+		case e.Task.Status == kvstore.StatusRunning && e.Task.LeaseUntil+leaseSkew.Milliseconds() < now:
+			t.Errorf("task %s RUNNING %v past its lease (owner %s, attempt %d)", id, time.Duration(now-e.Task.LeaseUntil)*time.Millisecond, e.Task.Owner, e.Task.Attempt)
+		case e.Task.Status == kvstore.StatusWaiting && e.Task.DueAt < now:
+			t.Errorf("task %s WAITING %v past due (attempt %d)", id, time.Duration(now-e.Task.DueAt)*time.Millisecond, e.Task.Attempt)
+		default:
+			t.Errorf("task %s not settled within %v: %s, attempt %d", id, within, e.Task.Status, e.Task.Attempt)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("%d of %d tasks not SUCCESS at the end", len(left), len(ids))
+	}
+}
+
+// chaosSeed is AX_CHAOS_SEED, or the time; the test logs it so a failure can be replayed.
+func chaosSeed(t testing.TB) uint64 {
+	if s := envInt("AX_CHAOS_SEED", 0); s != 0 {
+		return uint64(s)
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+
+// durSpread is "p50 … p90 … p99 … max …" of ds (sorted here), or "none".
+func durSpread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	slices.Sort(ds)
+	q := func(p float64) time.Duration {
+		return ds[min(len(ds)-1, int(p*float64(len(ds))))].Truncate(time.Millisecond)
+	}
+	return fmt.Sprintf("min %v, p50 %v, p90 %v, p99 %v, max %v", ds[0].Truncate(time.Millisecond), q(0.5), q(0.9), q(0.99), ds[len(ds)-1].Truncate(time.Millisecond))
+}
+
+// spreadOf is "min … median … max …" of the sorted vs, each written by f, or "none".
+func spreadOf[T any](vs []T, f func(T) string) string {
+	if len(vs) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("min %s, median %s, max %s", f(vs[0]), f(vs[len(vs)/2]), f(vs[len(vs)-1]))
+}
+
+func fmtPct(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }

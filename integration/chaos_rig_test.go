@@ -1,0 +1,122 @@
+package integration
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/axbridge/axbridge/internal/natstest"
+	"github.com/axbridge/axbridge/internal/procs"
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// chaosRig is a 3-node nats-server cluster of subprocesses (sync_interval: always) with an R3
+// bucket and stream, bridge subprocesses on it, and the test's own observers, consumers, bucket
+// watch and task store. With proxied, the last bridge reaches NATS only through cut proxies, one
+// per node.
+type chaosRig struct {
+	t         testing.TB
+	cluster   *procs.Cluster
+	bridges   []*bridgeProc
+	proxies   []*cutProxy // the last bridge's way to NATS, when proxied
+	obs       *observers
+	cons      *consumers
+	revs      *revisionWatch
+	pub       *publisher
+	store     *kvstore.JetStore
+	js        jetstream.JetStream // on the test's own connection, all nodes
+	faults    *faultLog
+	seed      uint64
+	leaseSkew time.Duration
+}
+
+// rigPartitions is the bucket's partition count, given to the bridges and the test's own store
+// alike (so that they agree whatever default either has): 60 divides among 3 replicas evenly.
+const rigPartitions = 60
+
+type rigOptions struct {
+	bridges  int
+	proxied  bool
+	rates    rates
+	seed     uint64
+	extraArg []string // more bridge flags
+}
+
+// heavy lets one subprocess-cluster test (chaos, node loss, failover) run at a time: each runs
+// three nats-servers and three bridges, and on two cores together they would starve each other
+// (and the rest of the suite) into lease expiries no fault caused.
+var heavy = make(chan struct{}, 1)
+
+func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
+	t.Helper()
+	heavy <- struct{}{}
+	t.Cleanup(func() { <-heavy })
+	bin := buildBridge(t)
+	c := startProcCluster(t, 3, true)
+	r := &chaosRig{t: t, cluster: c, seed: o.seed, leaseSkew: time.Second, faults: &faultLog{t: t}}
+	var urls []string
+	for _, nd := range c.Nodes() {
+		urls = append(urls, nd.URL())
+	}
+	for i := range o.bridges {
+		url := c.URL()
+		if o.proxied && i == o.bridges-1 {
+			var purls []string
+			for _, nd := range c.Nodes() {
+				p := newCutProxy(t, "127.0.0.1:"+strconv.Itoa(nd.ClientPort))
+				r.proxies = append(r.proxies, p)
+				purls = append(purls, p.url())
+			}
+			url = strings.Join(purls, ",")
+		}
+		args := append([]string{"--replicas", "3", "--partitions", strconv.Itoa(rigPartitions), "--lease-skew", r.leaseSkew.String()}, o.extraArg...)
+		if lvl := os.Getenv("AX_CHAOS_LOG_LEVEL"); lvl != "" {
+			args = append(args, "--log-level", lvl)
+		}
+		p := newBridgeProc(t, bin, "b"+strconv.Itoa(i), url, args...)
+		if err := p.start(60 * time.Second); err != nil { // one by one: the first creates the bucket and stream
+			t.Fatalf("%v\n%s", err, p.logTail(20))
+		}
+		r.bridges = append(r.bridges, p)
+	}
+	_, r.js, r.store = openStore(t, c.URL(), kvstore.Config{Replicas: 3, Partitions: rigPartitions})
+	r.obs = observe(t, urls)
+	r.cons = consume(t, []string{c.URL(), strings.Join([]string{urls[2], urls[1], urls[0]}, ",")}, o.seed, o.rates)
+	r.revs = watchRevisions(t, c.URL())
+	r.pub = newPublisher(t, c.URL())
+	r.waitInterest()
+	r.faults.origin = time.Now()
+	return r
+}
+
+// waitInterest waits until every node knows of the consumers' queue group, or a fire meets no
+// responders (and is retried, correctly, but late).
+func (r *chaosRig) waitInterest() {
+	r.t.Helper()
+	for _, nd := range r.cluster.Nodes() {
+		nc := natstest.Connect(r.t, nd.URL())
+		ok := checkFor(20*time.Second, func() bool {
+			_, err := nc.Request(probeSubject, nil, time.Second)
+			return err == nil // a consumer answered: the queue group's interest reached this node
+		})
+		nc.Close()
+		if !ok {
+			r.t.Fatalf("the consumers' interest did not reach %s", nd.Name)
+		}
+	}
+}
+
+// logBridges writes the tail of every bridge's log, and its lines about the tasks ids (after a
+// failure). AX_CHAOS_LOG_LEVEL=debug makes the bridges say more.
+func (r *chaosRig) logBridges(ids ...string) {
+	for _, b := range r.bridges {
+		r.t.Logf("bridge %s log tail:\n%s", b.id, b.logTail(15))
+		for _, id := range ids[:min(len(ids), 3)] {
+			r.t.Logf("bridge %s log on %s:\n%s", b.id, id, b.logGrep(`"`+id+`"`, 20))
+		}
+	}
+}

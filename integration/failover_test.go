@@ -1,0 +1,110 @@
+package integration
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// Failover (issue 16's bar): 3 bridge subprocesses on the subprocess cluster, tasks due evenly
+// over 16 s, one bridge killed with SIGKILL a third of the way in and not restarted. Asserted:
+// every task fires and ends SUCCESS, none early, no attempt twice, repeats higher and after the
+// kill. Logged: how far the partitions were divided before the kill (the share of each
+// partition's fires that came from the replica that fired most of it: 1.0 when replicas own
+// partitions, about 1/3 while all race for all), then, for the partitions the killed replica
+// fired most of, the time from the kill to their first fire after it and the lateness of their
+// tasks due after the kill; and for its attempts in flight (fired, not yet settled), the time from
+// the kill to their next attempt.
+func TestFailoverKill9(t *testing.T) {
+	t.Parallel()
+	seed := chaosSeed(t)
+	r := newChaosRig(t, rigOptions{bridges: 3, seed: seed, rates: rates{ack: 100, alwaysAckFrom: 1}})
+	const n, over = 2000, 16 * time.Second
+	first := time.Now().Add(8 * time.Second).Truncate(time.Millisecond)
+	r.pub.publishSpread("failover", n, first, over, "Ax-Ack-Wait", "5s", "Ax-Backoff", "200ms", "Ax-Max-Retry", "10")
+	ids := r.pub.ids()
+	t.Logf("published %d tasks; the first is due in %v", len(ids), time.Until(first).Truncate(time.Millisecond))
+	if len(ids) != n {
+		t.Fatalf("%d of %d schedules accepted", len(ids), n)
+	}
+	<-time.After(time.Until(first.Add(over / 3))) // the kill falls a third into the window, by design
+	victim := r.bridges[seed%uint64(len(r.bridges))]
+	killed := time.Now()
+	victim.kill9()
+	r.faults.add(fault{kind: "kill9", target: victim.id, start: killed, end: killed, settled: killed})
+
+	settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
+	rep := checkFires(t, ids, r.obs, r.cons, r.faults)
+	r.revs.check(t)
+	rep.log(t, r.faults)
+
+	parts := r.store.Partitions()
+	fires := r.obs.byTask()
+	// Before the kill: who fired each partition's tasks.
+	byPart := make([]map[string]int, parts)
+	for i := range byPart {
+		byPart[i] = map[string]int{}
+	}
+	for _, fs := range fires {
+		for _, f := range fs {
+			if f.at.Before(killed) {
+				byPart[kvstore.Partition(f.id, parts)][f.replica]++
+			}
+		}
+	}
+	var shares []float64
+	victimParts := map[int]bool{}
+	for p, m := range byPart {
+		total, top, topReplica := 0, 0, ""
+		for rep, c := range m {
+			total += c
+			if c > top {
+				top, topReplica = c, rep
+			}
+		}
+		if total > 0 {
+			shares = append(shares, float64(top)/float64(total))
+		}
+		if topReplica == victim.id {
+			victimParts[p] = true
+		}
+	}
+	slices.Sort(shares)
+	var refire, lateness, inflight []time.Duration
+	firstAfter := map[int]time.Time{}
+	for id, fs := range fires {
+		p := kvstore.Partition(id, parts)
+		for i, f := range fs {
+			if f.at.Before(killed) {
+				// An attempt of the victim's in flight at the kill: fired, not acked before it.
+				if f.replica == victim.id && i+1 < len(fs) {
+					if ack := r.cons.ackedAt(f.fireKey); ack.IsZero() || ack.After(killed.Add(-50*time.Millisecond)) {
+						inflight = append(inflight, fs[i+1].at.Sub(killed))
+					}
+				}
+				continue
+			}
+			if victimParts[p] {
+				if a, ok := firstAfter[p]; !ok || f.at.Before(a) {
+					firstAfter[p] = f.at
+				}
+				if i == 0 && f.due.After(killed) {
+					lateness = append(lateness, f.at.Sub(f.due))
+				}
+			}
+		}
+	}
+	for _, at := range firstAfter {
+		refire = append(refire, at.Sub(killed))
+	}
+	t.Logf("killed %s at +%s; %d partitions; before the kill each partition's top replica fired %s of it",
+		victim.id, r.faults.rel(killed), parts, spreadOf(shares, func(v float64) string { return fmtPct(v) }))
+	t.Logf("partitions the victim fired most of: %d; kill -> their first fire after it: %s", len(victimParts), durSpread(refire))
+	t.Logf("lateness of their first fires due after the kill (%d tasks): %s", len(lateness), durSpread(lateness))
+	t.Logf("the victim's attempts in flight at the kill (%d): kill -> next attempt: %s", len(inflight), durSpread(inflight))
+	if t.Failed() {
+		r.logBridges(rep.dupIDs...)
+	}
+}

@@ -1,0 +1,57 @@
+package procs
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A single node starts, takes a JetStream write, is killed with SIGKILL and comes back on the
+// same port and store: the write is still there; RSS reads the live process.
+func TestKill9AndRestartKeepsStore(t *testing.T) {
+	ctx := context.Background()
+	bin, err := BuildServer(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(ctx, bin, t.TempDir(), Options{Sync: "always", Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if n, err := RSS(c.Nodes()[0].Pid()); err != nil || n <= 0 {
+		t.Fatalf("RSS %d, %v", n, err)
+	}
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := nc.JetStream()
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "S", Subjects: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish("s", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	nd := c.Node("n0")
+	old := nd.Pid()
+	c.Kill9(nd)
+	if err := c.Restart(ctx, nd); err != nil {
+		t.Fatal(err)
+	}
+	if nd.Pid() == old {
+		t.Fatal("same process after restart")
+	}
+	var info *nats.StreamInfo
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if !Poll(pctx, 20*time.Millisecond, func() bool {
+		info, err = js.StreamInfo("S")
+		return err == nil
+	}) || info.State.Msgs != 1 {
+		t.Fatalf("after restart: %+v, %v", info, err)
+	}
+}
