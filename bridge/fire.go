@@ -46,12 +46,16 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: t.DueAt})
 		return
 	}
+	// Unsure applies to the revision whose claim had the unknown outcome only: a claim of a newer
+	// WAITING revision that conflicts lost to another writer (perhaps this replica's own fire job
+	// of that revision), and reading it back would take that claim for this one's.
+	unsure := j.unsure && e.Revision == j.rev
 	if !b.ownsTask(t.ID) { // again: the read may have taken a while
 		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: addMs(nowMs, retryStoreAfter), retry: true,
-			unsure: j.unsure})
+			unsure: unsure})
 		return
 	}
-	b.claim(ctx, e, j.unsure)
+	b.claim(ctx, e, unsure)
 }
 
 // claim writes the claim of e, a WAITING record, by CAS on its revision, which becomes the claim's

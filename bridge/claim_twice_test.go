@@ -1,0 +1,117 @@
+package bridge_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/internal/faultstore"
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// lateStore reproduces, in a fixed order, the interleaving the chaos suite found: a claim of
+// revision R lands but its outcome reaches the bridge only after the attempt's lease has ended
+// and the task is WAITING again at R'; the read-back that follows sees R' WAITING, and the
+// index's own fire job claims R' right after that read.
+type lateStore struct {
+	*faultstore.Store
+	mem *kvstore.MemStore
+
+	mu      sync.Mutex
+	claims  int           // claims of the task seen so far
+	armed   bool          // the late outcome was reported: the next Get is the read-back
+	readOut chan struct{} // closed once the read-back has read
+}
+
+func (s *lateStore) record() kvstore.Entry {
+	e, _ := s.mem.Get(context.Background(), "a")
+	return e
+}
+
+// wait polls until cond holds, for at most 10 s.
+func wait(cond func() bool) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !cond(); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (s *lateStore) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error)) {
+	if t.ID != "a" || t.Status != kvstore.StatusRunning || t.Claim != rev {
+		s.Store.UpdateAsync(ctx, t, rev, done)
+		return
+	}
+	s.mu.Lock()
+	s.claims++
+	n := s.claims
+	s.mu.Unlock()
+	if n == 1 { // lands; its outcome is reported, as unknown, once the task is WAITING again
+		s.Store.UpdateAsync(ctx, t, rev, func(uint64, error) {
+			go func() {
+				wait(func() bool { e := s.record(); return e.Task.Status == kvstore.StatusWaiting && e.Revision > rev+1 })
+				s.mu.Lock()
+				s.armed = true
+				s.mu.Unlock()
+				done(0, faultstore.ErrUnknownOutcome)
+			}()
+		})
+		return
+	}
+	if n == 2 { // the index's fire job of R': it claims only after the read-back has read R'
+		go func() {
+			select {
+			case <-s.readOut:
+			case <-time.After(10 * time.Second):
+			}
+			s.Store.UpdateAsync(ctx, t, rev, done)
+		}()
+		return
+	}
+	s.Store.UpdateAsync(ctx, t, rev, done)
+}
+
+func (s *lateStore) Get(ctx context.Context, id string) (kvstore.Entry, error) {
+	s.mu.Lock()
+	readBack := id == "a" && s.armed
+	s.armed = false
+	s.mu.Unlock()
+	e, err := s.Store.Get(ctx, id)
+	if readBack {
+		close(s.readOut)
+		// Return what was read only once the other job's claim of it has landed.
+		wait(func() bool { r := s.record(); return r.Task.Status == kvstore.StatusRunning && r.Task.Claim == e.Revision })
+	}
+	return e, err
+}
+
+// A read-back of a claim whose outcome was unknown, which finds the task WAITING again at a newer
+// revision and then loses its claim of that revision to the bridge's own fire job, does not take
+// that job's claim for its own: the attempt is published once.
+func TestUnsureReadBackDoesNotRepublish(t *testing.T) {
+	t.Parallel()
+	var ls *lateStore
+	fe := newFaultEnvCfg(t, func(s *faultstore.Store) bridge.Store {
+		ls = &lateStore{Store: s, readOut: make(chan struct{})}
+		return ls
+	}, bridge.Config{})
+	ls.mem = fe.mem
+	fires := fe.fires("late")
+	now := time.Now().UnixMilli()
+	if _, err := fe.mem.Create(context.Background(), &kvstore.Task{ID: "a", BizType: "late", Payload: []byte("p"),
+		Status: kvstore.StatusWaiting, DueAt: now, MaxRetry: 3, AckWait: time.Second, Backoff: []time.Duration{0},
+		CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	m := next(t, fires)
+	attempt := m.Header.Get(bridge.HeaderAttempt)
+	// The consumer stays silent; any second fire within well under the 1 s lease (plus the 1 s
+	// lease skew it does not have as owner) is the same attempt again.
+	select {
+	case m2 := <-fires:
+		if m2.Header.Get(bridge.HeaderAttempt) == attempt {
+			t.Fatalf("attempt %s was published twice", attempt)
+		}
+	case <-time.After(700 * time.Millisecond):
+	}
+}
