@@ -80,7 +80,10 @@ func (s *lateStore) Get(ctx context.Context, id string) (kvstore.Entry, error) {
 	if readBack {
 		close(s.readOut)
 		// Return what was read only once the other job's claim of it has landed.
-		wait(func() bool { r := s.record(); return r.Task.Status == kvstore.StatusRunning && r.Task.Claim == e.Revision })
+		wait(func() bool {
+			r := s.record()
+			return r.Task.Status == kvstore.StatusRunning && r.Task.Claim == e.Revision
+		})
 	}
 	return e, err
 }
