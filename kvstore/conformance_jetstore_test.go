@@ -300,3 +300,38 @@ func TestJetStoreWriteWaitsForLeader(t *testing.T) {
 		t.Fatalf("got %+v", got)
 	}
 }
+
+// Partitions 0 opens an existing bucket with its own count and creates a new one with
+// DefaultPartitions; a count given explicitly must match an existing bucket's.
+func TestJetStoreAdoptsPartitions(t *testing.T) {
+	t.Parallel()
+	js, err := jetstream.New(natstest.Connect(t, natstest.RunServer(t).ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	old, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: "OLD", Partitions: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	again, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: "OLD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if got := again.Partitions(); got != 16 {
+		t.Errorf("existing bucket opened with 0: %d partitions, want 16", got)
+	}
+	if _, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: "OLD", Partitions: 60}); !errors.Is(err, kvstore.ErrPartitions) {
+		t.Errorf("existing 16 opened with 60: %v, want ErrPartitions", err)
+	}
+	fresh, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: "NEW"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if got := fresh.Partitions(); got != 60 {
+		t.Errorf("new bucket: %d partitions, want 60", got)
+	}
+}

@@ -20,7 +20,7 @@ import (
 // Defaults for Config.
 const (
 	DefaultBucket      = "AX_TASKS"
-	DefaultPartitions  = 16
+	DefaultPartitions  = 60
 	DefaultTimeout     = 5 * time.Second
 	DefaultRetention   = 24 * time.Hour
 	DefaultMarkerTTL   = 15 * time.Minute
@@ -42,9 +42,10 @@ var ErrClosed = errors.New("kvstore: store closed")
 type Config struct {
 	// Bucket is the KV bucket name (default "AX_TASKS").
 	Bucket string
-	// Partitions is the partition count (default 16). It is fixed when the bucket is created and
-	// recorded in the bucket metadata under MetaPartitions; opening an existing bucket with another
-	// count fails with an error wrapping ErrPartitions.
+	// Partitions is the partition count. It is fixed when the bucket is created and recorded in
+	// the bucket metadata under MetaPartitions; opening an existing bucket with another count fails
+	// with an error wrapping ErrPartitions. Zero means the existing bucket's own count, or
+	// DefaultPartitions (60, which 1–6, 10, 12, 15, 20 and 30 replicas divide evenly) for a new one.
 	Partitions int
 	// Replicas is the bucket's replica count when it is created (default 1; use 3 on a cluster).
 	// An existing bucket keeps its own.
@@ -149,6 +150,7 @@ type JetStore struct {
 // buckets created before retention by TTL do; everything else stays as it is. If the server
 // refuses that update, OpenJetStore fails.
 func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*JetStore, error) {
+	adopt := cfg.Partitions == 0 // an existing bucket's count is the one
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -178,6 +180,9 @@ func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*Jet
 	if err != nil {
 		return nil, fmt.Errorf("%w: bucket %s has no valid %q metadata (%q); it was not created by ax bridge",
 			ErrPartitions, cfg.Bucket, MetaPartitions, meta[MetaPartitions])
+	}
+	if adopt && n > 0 && n <= maxPartitions {
+		cfg.Partitions = n
 	}
 	if n != cfg.Partitions {
 		return nil, fmt.Errorf("%w: bucket %s was created with %d partitions, configured %d",

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
 	"io"
 	"testing"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/axbridge/axbridge/internal/natstest"
-	"github.com/axbridge/axbridge/kvstore"
 )
 
-// A new bucket gets --partitions (default 60); an existing one keeps its own count unless the flag
-// is given, so that raising the default does not lock out buckets created before.
+// --partitions (default 60) is passed to the store only when given, so that an existing bucket
+// keeps its own count (kvstore's TestJetStoreAdoptsPartitions) and raising the default does not
+// lock out buckets created before.
 func TestPartitionsOfExistingBucket(t *testing.T) {
 	o, err := parseFlags(nil, io.Discard)
 	if err != nil {
@@ -29,21 +24,4 @@ func TestPartitionsOfExistingBucket(t *testing.T) {
 		t.Errorf("AX_PARTITIONS=12: partitions %d, set %v", o.partitions, o.partitionsSet)
 	}
 
-	srv := natstest.RunServer(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if n, ok := existingPartitions(ctx, js, "OLD"); ok {
-		t.Errorf("no bucket yet: got %d partitions", n)
-	}
-	s, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: "OLD", Partitions: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if n, ok := existingPartitions(ctx, js, "OLD"); !ok || n != 16 {
-		t.Errorf("existing bucket: %d partitions (%v), want 16", n, ok)
-	}
 }

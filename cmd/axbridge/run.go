@@ -90,9 +90,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	partitions := o.partitions
-	if n, ok := existingPartitions(ctx, js, o.bucket); ok && !o.partitionsSet {
-		partitions = n // an existing bucket keeps its count; a new one gets the flag's default
+	partitions := 0 // an existing bucket keeps its count; a new one gets the store's default (60)
+	if o.partitionsSet {
+		partitions = o.partitions
 	}
 	store, err := kvstore.OpenJetStore(ctx, js, kvstore.Config{Bucket: o.bucket, Partitions: partitions, Replicas: o.replicas, Retention: o.retention, MarkerTTL: o.markerTTL,
 		BatchMax: o.writeBatch, Logger: log})
