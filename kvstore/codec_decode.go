@@ -150,7 +150,7 @@ func decodeMeta(meta []byte) (metaIn, error) {
 		return metaIn{}, metaError(meta, err)
 	}
 	if m.V != recordVersion {
-		return metaIn{}, fmt.Errorf("%w: version %d (this build reads version %d)", ErrUnknownVersion, m.V, recordVersion)
+		return metaIn{}, fmt.Errorf("%w: version %d (this build reads version %d): %s", ErrUnknownVersion, m.V, recordVersion, unknownVersionHelp)
 	}
 	for _, f := range requiredFields {
 		if !seen[f] {
@@ -282,11 +282,14 @@ func statusOf(s Status) Status {
 	return s
 }
 
+// unknownVersionHelp is what to do about a record of an unknown version.
+const unknownVersionHelp = "run the build that wrote it, or a later one, on this bucket; this one leaves the record alone"
+
 // metaError is the error for metadata that encoding/json refused: ErrUnknownVersion if it names
 // a version other than 1 (a later version may have another shape), ErrCorrupt otherwise.
 func metaError(meta []byte, err error) error {
 	if v, ok := probeVersion(meta); ok && v != "1" {
-		return fmt.Errorf("%w: version %s (this build reads version %d)", ErrUnknownVersion, v, recordVersion)
+		return fmt.Errorf("%w: version %s (this build reads version %d): %s", ErrUnknownVersion, v, recordVersion, unknownVersionHelp)
 	}
 	return fmt.Errorf("%w: metadata: %v", ErrCorrupt, describe(err))
 }
