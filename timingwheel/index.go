@@ -45,9 +45,6 @@ func New(queues int) *Index {
 // Len is the number of entries.
 func (x *Index) Len() int { return len(x.byID) }
 
-// QueueLen is the number of entries in queue q.
-func (x *Index) QueueLen(q int) int { return len(x.queues[q]) }
-
 func (x *Index) entry(i int32) Entry {
 	n := &x.nodes[i]
 	return Entry{ID: n.id, Due: x.queues[n.queue][n.pos].due, Value: n.value, Kind: n.kind}
@@ -60,15 +57,6 @@ func (x *Index) Get(id string) (Entry, bool) {
 		return Entry{}, false
 	}
 	return x.entry(i), true
-}
-
-// Queue returns the queue that holds id's entry.
-func (x *Index) Queue(id string) (int, bool) {
-	i, ok := x.byID[id]
-	if !ok {
-		return 0, false
-	}
-	return int(x.nodes[i].queue), true
 }
 
 // Put indexes e in queue q, replacing any entry e.ID had (in whichever queue). The index keeps a

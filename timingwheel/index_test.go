@@ -45,9 +45,6 @@ func TestIndexTable(t *testing.T) {
 				t.Fatalf("Len %d, want %d", x.Len(), n)
 			}
 			for q := range 2 {
-				if x.QueueLen(q) != len(tt.want[q]) {
-					t.Errorf("QueueLen(%d) = %d, want %d", q, x.QueueLen(q), len(tt.want[q]))
-				}
 				var got []string
 				for {
 					e, ok := x.Pop(q)
@@ -74,8 +71,8 @@ func TestIndexGetAndRemove(t *testing.T) {
 	if e, ok := x.Get("a"); !ok || e != (timingwheel.Entry{ID: "a", Due: 5, Value: 11, Kind: 3}) {
 		t.Fatalf("Get = %+v, %v", e, ok)
 	}
-	if q, ok := x.Queue("a"); !ok || q != 2 {
-		t.Fatalf("Queue = %d, %v; want 2", q, ok)
+	if e, ok := x.Peek(2); !ok || e.ID != "a" {
+		t.Fatalf("Peek(2) = %+v, %v; want a", e, ok)
 	}
 	if _, ok := x.Get("b"); ok {
 		t.Fatal("Get of an id never put")
@@ -144,7 +141,7 @@ func TestNewRefusesQueueCounts(t *testing.T) {
 	}
 	x := timingwheel.New(256)
 	x.Put(255, timingwheel.Entry{ID: "last"})
-	if q, _ := x.Queue("last"); q != 255 {
-		t.Errorf("queue %d, want 255", q)
+	if e, ok := x.Pop(255); !ok || e.ID != "last" {
+		t.Errorf("Pop(255) = %+v, %v", e, ok)
 	}
 }
