@@ -1,12 +1,12 @@
 package kvstore
 
 import (
-	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -17,8 +17,7 @@ import (
 //	<raw payload bytes>
 //
 // One line of JSON metadata, one '\n', then the payload exactly as given (no base64). JSON never
-// contains a raw newline, so the first '\n' ends the metadata. encoding/json writes and reads the
-// metadata (the struct recordMeta); its fields, in this order:
+// contains a raw newline, so the first '\n' ends the metadata. Fields, in this order:
 //
 //	v            int       always 1
 //	id           string    task id
@@ -52,6 +51,10 @@ import (
 // reader older than hdr_b64 sees such a record without headers). Records of e2b1414 and earlier
 // are version 1 without claim, src and hdr_b64; subjects.md ("Task records") says how they are
 // read.
+//
+// The codec is hand-written rather than encoding/json: an encoding/json decoder (with the checks
+// below: exact field names, null as absent) made the bridge's restart to a loaded index of 1M
+// records 2.9× slower in `axbridge bench` (issue 15).
 
 // recordVersion is the only encoding version this build reads and writes.
 const recordVersion = 1
@@ -63,30 +66,6 @@ const maxDurationMS = math.MaxInt64 / int64(time.Millisecond)
 // duration); writing it again as it is can never succeed.
 var ErrInvalidTask = errors.New("kvstore: invalid task")
 
-// recordMeta is the metadata line of a version 1 record, field for field. The decoder reads the
-// header fields and backoff_ms through types of their own (codec_decode.go).
-type recordMeta struct {
-	V          int64               `json:"v"`
-	ID         string              `json:"id"`
-	Biz        string              `json:"biz"`
-	Status     Status              `json:"status"`
-	Due        int64               `json:"due"`
-	Attempt    int64               `json:"attempt"`
-	MaxRetry   int64               `json:"max_retry"`
-	AckWaitMS  int64               `json:"ack_wait_ms"`
-	BackoffMS  []int64             `json:"backoff_ms"`
-	LeaseUntil int64               `json:"lease_until,omitempty"`
-	Owner      string              `json:"owner,omitempty"`
-	Created    int64               `json:"created"`
-	Updated    int64               `json:"updated"`
-	Finished   int64               `json:"finished,omitempty"`
-	LastError  string              `json:"last_error,omitempty"`
-	Claim      uint64              `json:"claim,omitempty"`
-	Src        string              `json:"src,omitempty"`
-	Hdr        map[string][]string `json:"hdr,omitempty"`
-	HdrB64     map[string][]string `json:"hdr_b64,omitempty"`
-}
-
 // EncodeTask encodes t in the record format above. Durations are truncated to whole milliseconds.
 // Header keys and values are kept byte for byte (see hdr_b64); in other strings each byte of
 // invalid UTF-8 is replaced by U+FFFD (as encoding/json does). Header keys without values are
@@ -97,59 +76,27 @@ type recordMeta struct {
 // len(EncodeTask(t)) is the size of the value a store writes for t; EncodedLen tells it without
 // copying the payload.
 func EncodeTask(t *Task) ([]byte, error) {
-	var extra int
-	if t != nil {
-		extra = len(t.Payload)
-	}
-	b, err := encodeMeta(t, extra)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, t.Payload...), nil
-}
-
-// EncodedLen is len(EncodeTask(t)), the size of the stored value, for a size check before a
-// write; it encodes only the metadata. The error is EncodeTask's.
-func EncodedLen(t *Task) (int, error) {
-	b, err := encodeMeta(t, 0)
-	if err != nil {
-		return 0, err
-	}
-	return len(b) + len(t.Payload), nil
-}
-
-// encodeMeta returns the metadata line of t and its newline, in a buffer with room for extra
-// more bytes.
-func encodeMeta(t *Task, extra int) ([]byte, error) {
 	if t == nil {
 		return nil, fmt.Errorf("encode task: %w: nil task", ErrInvalidTask)
 	}
 	if err := checkEncodable(t); err != nil {
 		return nil, fmt.Errorf("encode task %q: %w: %w", t.ID, ErrInvalidTask, err)
 	}
-	m := recordMeta{
-		V: recordVersion, ID: t.ID, Biz: t.BizType, Status: t.Status, Due: t.DueAt,
-		Attempt: int64(t.Attempt), MaxRetry: int64(t.MaxRetry), AckWaitMS: t.AckWait.Milliseconds(),
-		BackoffMS: make([]int64, len(t.Backoff)), LeaseUntil: t.LeaseUntil, Owner: t.Owner,
-		Created: t.CreatedAt, Updated: t.UpdatedAt, Finished: t.FinishedAt, LastError: t.LastError,
-		Claim: t.Claim, Src: t.Fingerprint,
+	return appendTask(make([]byte, 0, encodedSizeHint(t)), t), nil
+}
+
+// EncodedLen is len(EncodeTask(t)), the size of the stored value, for a size check before a
+// write; it encodes only the metadata. The error is EncodeTask's.
+func EncodedLen(t *Task) (int, error) {
+	if t == nil {
+		return 0, fmt.Errorf("encode task: %w: nil task", ErrInvalidTask)
 	}
-	for i, d := range t.Backoff {
-		m.BackoffMS[i] = d.Milliseconds()
+	if err := checkEncodable(t); err != nil {
+		return 0, fmt.Errorf("encode task %q: %w: %w", t.ID, ErrInvalidTask, err)
 	}
-	if headerUTF8(t.Header) {
-		m.Hdr = withValues(t.Header)
-	} else {
-		m.HdrB64 = base64Header(t.Header)
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, 256+extra+metaSizeHint(t)))
-	enc := json.NewEncoder(buf)
-	// Plain text for a person reading `nats kv get`: no \u003c for '<' and the like.
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(&m); err != nil { // never fails for these field types
-		return nil, fmt.Errorf("encode task %q: %w", t.ID, err)
-	}
-	return buf.Bytes(), nil // Encode ends the line with '\n'
+	meta := *t
+	meta.Payload = nil
+	return len(appendTask(make([]byte, 0, encodedSizeHint(&meta)), &meta)) + len(t.Payload), nil
 }
 
 func checkEncodable(t *Task) error {
@@ -181,10 +128,10 @@ func validStatus(s Status) bool {
 	return false
 }
 
-// metaSizeHint is roughly the size of the metadata's strings, so that the usual record costs one
-// buffer.
-func metaSizeHint(t *Task) int {
-	n := len(t.ID) + len(t.BizType) + len(t.Owner) + len(t.LastError) + len(t.Fingerprint) + 21*len(t.Backoff)
+// encodedSizeHint is a close upper estimate of the encoded size when no string needs escaping,
+// so that the usual record costs one allocation.
+func encodedSizeHint(t *Task) int {
+	n := 256 + len(t.ID) + len(t.BizType) + len(t.Owner) + len(t.LastError) + len(t.Fingerprint) + len(t.Payload) + 21*len(t.Backoff)
 	for k, vs := range t.Header {
 		n += len(k) + 6
 		for _, v := range vs {
@@ -197,46 +144,98 @@ func metaSizeHint(t *Task) int {
 	return n
 }
 
-// withValues is h without its keys that have no values (h itself when it has none), nil when no
-// key has values.
-func withValues(h map[string][]string) map[string][]string {
-	keep := 0
-	for _, vs := range h {
-		if len(vs) > 0 {
-			keep++
+func appendTask(b []byte, t *Task) []byte {
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, recordVersion, 10)
+	b = append(b, `,"id":`...)
+	b = appendString(b, t.ID)
+	b = append(b, `,"biz":`...)
+	b = appendString(b, t.BizType)
+	b = append(b, `,"status":`...)
+	b = appendString(b, string(t.Status))
+	b = append(b, `,"due":`...)
+	b = strconv.AppendInt(b, t.DueAt, 10)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(t.Attempt), 10)
+	b = append(b, `,"max_retry":`...)
+	b = strconv.AppendInt(b, int64(t.MaxRetry), 10)
+	b = append(b, `,"ack_wait_ms":`...)
+	b = strconv.AppendInt(b, t.AckWait.Milliseconds(), 10)
+	b = append(b, `,"backoff_ms":[`...)
+	for i, d := range t.Backoff {
+		if i > 0 {
+			b = append(b, ',')
 		}
+		b = strconv.AppendInt(b, d.Milliseconds(), 10)
 	}
-	switch keep {
-	case 0:
-		return nil
-	case len(h):
-		return h
+	b = append(b, ']')
+	if t.LeaseUntil != 0 {
+		b = append(b, `,"lease_until":`...)
+		b = strconv.AppendInt(b, t.LeaseUntil, 10)
 	}
-	out := make(map[string][]string, keep)
-	for k, vs := range h {
-		if len(vs) > 0 {
-			out[k] = vs
-		}
+	if t.Owner != "" {
+		b = append(b, `,"owner":`...)
+		b = appendString(b, t.Owner)
 	}
-	return out
+	b = append(b, `,"created":`...)
+	b = strconv.AppendInt(b, t.CreatedAt, 10)
+	b = append(b, `,"updated":`...)
+	b = strconv.AppendInt(b, t.UpdatedAt, 10)
+	if t.FinishedAt != 0 {
+		b = append(b, `,"finished":`...)
+		b = strconv.AppendInt(b, t.FinishedAt, 10)
+	}
+	if t.LastError != "" {
+		b = append(b, `,"last_error":`...)
+		b = appendString(b, t.LastError)
+	}
+	if t.Claim != 0 {
+		b = append(b, `,"claim":`...)
+		b = strconv.AppendUint(b, t.Claim, 10)
+	}
+	if t.Fingerprint != "" {
+		b = append(b, `,"src":`...)
+		b = appendString(b, t.Fingerprint)
+	}
+	b = appendHeader(b, t.Header)
+	b = append(b, "}\n"...)
+	return append(b, t.Payload...)
 }
 
-// base64Header is h with every key and value in standard, padded base64, keys without values
-// dropped.
-func base64Header(h map[string][]string) map[string][]string {
-	enc := base64.StdEncoding.EncodeToString
-	out := make(map[string][]string, len(h))
+// appendHeader writes `,"hdr":{...}` (or `,"hdr_b64":{...}` when a key or value is not valid
+// UTF-8) with sorted keys, skipping keys without values, or nothing.
+func appendHeader(b []byte, h map[string][]string) []byte {
+	var buf [16]string
+	keys := buf[:0]
 	for k, vs := range h {
-		if len(vs) == 0 {
-			continue
+		if len(vs) > 0 {
+			keys = append(keys, k)
 		}
-		bs := make([]string, len(vs))
-		for i, v := range vs {
-			bs[i] = enc([]byte(v))
-		}
-		out[enc([]byte(k))] = bs
 	}
-	return out
+	if len(keys) == 0 {
+		return b
+	}
+	slices.Sort(keys)
+	str, field := appendString, `,"hdr":{`
+	if !headerUTF8(h) {
+		str, field = appendBase64, `,"hdr_b64":{`
+	}
+	b = append(b, field...)
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = str(b, k)
+		b = append(b, ":["...)
+		for j, v := range h[k] {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = str(b, v)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
 }
 
 // headerUTF8 reports whether every key and value of h (of keys with values) is valid UTF-8, so
@@ -256,4 +255,65 @@ func headerUTF8(h map[string][]string) bool {
 		}
 	}
 	return true
+}
+
+// appendBase64 appends s as a JSON string holding its standard, padded base64.
+func appendBase64(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = base64.StdEncoding.AppendEncode(b, []byte(s))
+	return append(b, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. It escapes '"', '\\', control characters, DEL and
+// U+2028/U+2029 (so a terminal and a JavaScript reader see plain text), and replaces each byte of
+// invalid UTF-8 with U+FFFD. Everything else, including non-ASCII text, is copied as is.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, `\u202`...)
+			b = append(b, hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }

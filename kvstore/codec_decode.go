@@ -4,25 +4,21 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
-	"reflect"
-	"strconv"
-	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // DecodeTask decodes a record written by EncodeTask. The error wraps ErrUnknownVersion when the
 // record names another version, ErrCorrupt for anything else wrong, and says what. Empty payload,
 // backoff and header come back nil. The payload is a copy: b may be reused.
 //
-// The metadata is read by encoding/json and must be strict JSON (RFC 8259). Beyond what
-// encoding/json checks: field names are spelled exactly (a field that differs from a known one
-// only in case is refused, and does not count as that field); a field set to null counts as
-// absent; unknown fields are skipped; of repeated fields the last counts; hdr and hdr_b64 are not
-// both given; null is no list entry or header value; invalid UTF-8 and lone surrogates in strings
-// become U+FFFD. The keys and values of hdr_b64 must be standard, padded base64.
+// The metadata must be strict JSON (RFC 8259) with field names spelled exactly; a field set to
+// null counts as absent; unknown fields are skipped; of repeated fields the last counts (hdr and
+// hdr_b64 count as one field); invalid UTF-8 and lone surrogates in strings become U+FFFD. The
+// keys and values of hdr_b64 must be standard, padded base64.
 func DecodeTask(b []byte) (Task, error) {
 	t, err := decodeTask(b)
 	if err == nil && t.Payload != nil {
@@ -41,35 +37,41 @@ func decodeTask(b []byte) (Task, error) {
 		return Task{}, fmt.Errorf("%w: no newline after the metadata", ErrCorrupt)
 	}
 	meta, payload := b[:nl], b[nl+1:]
-	m, err := decodeMeta(meta)
-	if err != nil {
-		return Task{}, err
+	var m metaFields
+	d := metaDecoder{b: meta}
+	if err := d.object(&m); err != nil {
+		if v, ok := probeVersion(meta); ok && v != "1" {
+			return Task{}, fmt.Errorf("%w: version %s (this build reads version %d): %s", ErrUnknownVersion, v, recordVersion, unknownVersionHelp)
+		}
+		return Task{}, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
+	}
+	if m.seen&fV == 0 {
+		return Task{}, fmt.Errorf("%w: missing field %q", ErrCorrupt, "v")
+	}
+	if m.v != recordVersion {
+		return Task{}, fmt.Errorf("%w: version %d (this build reads version %d): %s", ErrUnknownVersion, m.v, recordVersion, unknownVersionHelp)
+	}
+	if err := m.check(); err != nil {
+		return Task{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	t := Task{
-		ID:          m.ID,
-		BizType:     m.Biz,
-		Status:      statusOf(m.Status),
-		DueAt:       m.Due,
-		Attempt:     int(m.Attempt),
-		MaxRetry:    int(m.MaxRetry),
-		AckWait:     time.Duration(m.AckWaitMS) * time.Millisecond,
-		LeaseUntil:  m.LeaseUntil,
-		Owner:       m.Owner,
-		CreatedAt:   m.Created,
-		UpdatedAt:   m.Updated,
-		FinishedAt:  m.Finished,
-		LastError:   m.LastError,
-		Claim:       m.Claim,
-		Fingerprint: m.Src,
-	}
-	if len(m.BackoffMS) > 0 {
-		t.Backoff = make([]time.Duration, len(m.BackoffMS))
-		for i, ms := range m.BackoffMS {
-			t.Backoff[i] = time.Duration(ms) * time.Millisecond
-		}
-	}
-	if t.Header, err = m.header(); err != nil {
-		return Task{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		ID:          m.id,
+		BizType:     m.biz,
+		Header:      m.hdr,
+		Status:      m.status,
+		DueAt:       m.due,
+		Attempt:     int(m.attempt),
+		MaxRetry:    int(m.maxRetry),
+		AckWait:     time.Duration(m.ackWaitMS) * time.Millisecond,
+		Backoff:     m.backoff,
+		LeaseUntil:  m.leaseUntil,
+		Owner:       m.owner,
+		CreatedAt:   m.created,
+		UpdatedAt:   m.updated,
+		FinishedAt:  m.finished,
+		LastError:   m.lastError,
+		Claim:       uint64(m.claim),
+		Fingerprint: m.src,
 	}
 	if len(payload) > 0 {
 		t.Payload = payload
@@ -77,197 +79,262 @@ func decodeTask(b []byte) (Task, error) {
 	return t, nil
 }
 
-// metaIn is recordMeta as the decoder reads it: the backoff list refuses null entries, and the
-// header fields are decoded once it is known which of them the record has.
-type metaIn struct {
-	recordMeta
-	BackoffMS []msValue       `json:"backoff_ms"`
-	Hdr       json.RawMessage `json:"hdr"`
-	HdrB64    json.RawMessage `json:"hdr_b64"`
+// unknownVersionHelp is what to do about a record of an unknown version.
+const unknownVersionHelp = "run the build that wrote it, or a later one, on this bucket; this one leaves the record alone"
+
+// Bits of metaFields.seen: the required fields.
+const (
+	fV = 1 << iota
+	fID
+	fBiz
+	fStatus
+	fDue
+	fAttempt
+	fMaxRetry
+	fAckWait
+	fBackoff
+	fCreated
+	fUpdated
+)
+
+var requiredFields = []struct {
+	bit  uint16
+	name string
+}{
+	{fID, "id"}, {fBiz, "biz"}, {fStatus, "status"}, {fDue, "due"}, {fAttempt, "attempt"},
+	{fMaxRetry, "max_retry"}, {fAckWait, "ack_wait_ms"}, {fBackoff, "backoff_ms"},
+	{fCreated, "created"}, {fUpdated, "updated"},
 }
 
-// msValue is one entry of backoff_ms: an integer, not null.
-type msValue int64
-
-func (v *msValue) UnmarshalJSON(b []byte) error {
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return fmt.Errorf("field %q: want integers, got %s", "backoff_ms", b)
-	}
-	*v = msValue(n)
-	return nil
+// metaFields is the metadata line as read, before checks.
+type metaFields struct {
+	seen                                   uint16
+	v, due, attempt, maxRetry, ackWaitMS   int64
+	leaseUntil, created, updated, finished int64
+	id, biz, owner, lastError, src         string
+	claim                                  int64
+	status                                 Status
+	backoff                                []time.Duration
+	hdr                                    map[string][]string
 }
 
-// fieldSeen is, for each field of the metadata, whether its (last) value is other than null.
-type fieldSeen bool
-
-func (s *fieldSeen) UnmarshalJSON(b []byte) error {
-	*s = string(b) != "null"
-	return nil
-}
-
-// requiredFields must be present and not null.
-var requiredFields = []string{
-	"id", "biz", "status", "due", "attempt", "max_retry", "ack_wait_ms", "backoff_ms", "created", "updated",
-}
-
-// knownFields are the metadata fields of version 1 (recordMeta's json names).
-var knownFields = func() map[string]bool {
-	known := make(map[string]bool)
-	rt := reflect.TypeFor[recordMeta]()
-	for i := range rt.NumField() {
-		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
-		known[name] = true
-	}
-	return known
-}()
-
-// decodeMeta reads the metadata line: once to learn which fields it names, exactly spelled and
-// not null, and once into metaIn; then it checks the values.
-func decodeMeta(meta []byte) (metaIn, error) {
-	var seen map[string]fieldSeen
-	if err := json.Unmarshal(meta, &seen); err != nil {
-		return metaIn{}, metaError(meta, err)
-	}
-	if seen == nil {
-		return metaIn{}, fmt.Errorf("%w: metadata: null, not an object", ErrCorrupt)
-	}
-	if !seen["v"] {
-		return metaIn{}, fmt.Errorf("%w: missing field %q", ErrCorrupt, "v")
-	}
-	for k := range seen {
-		if knownFields[k] {
-			continue
-		}
-		for known := range knownFields {
-			if strings.EqualFold(k, known) { // encoding/json would take it for known
-				return metaIn{}, fmt.Errorf("%w: metadata: field %q: field names are case-sensitive, want %q", ErrCorrupt, k, known)
-			}
-		}
-	}
-	var m metaIn
-	if err := json.Unmarshal(meta, &m); err != nil {
-		return metaIn{}, metaError(meta, err)
-	}
-	if m.V != recordVersion {
-		return metaIn{}, fmt.Errorf("%w: version %d (this build reads version %d): %s", ErrUnknownVersion, m.V, recordVersion, unknownVersionHelp)
-	}
+// check reports the first missing or out-of-range field.
+func (m *metaFields) check() error {
 	for _, f := range requiredFields {
-		if !seen[f] {
-			return metaIn{}, fmt.Errorf("%w: missing field %q", ErrCorrupt, f)
+		if m.seen&f.bit == 0 {
+			return fmt.Errorf("missing field %q", f.name)
 		}
 	}
-	// A null after a value leaves the value in place (encoding/json); here it means absent.
-	nulled := func(f string) bool { s, ok := seen[f]; return ok && !bool(s) }
-	if nulled("lease_until") {
-		m.LeaseUntil = 0
-	}
-	if nulled("owner") {
-		m.Owner = ""
-	}
-	if nulled("finished") {
-		m.Finished = 0
-	}
-	if nulled("last_error") {
-		m.LastError = ""
-	}
-	if nulled("claim") {
-		m.Claim = 0
-	}
-	if nulled("src") {
-		m.Src = ""
-	}
-	if err := m.check(); err != nil {
-		return metaIn{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	return m, nil
-}
-
-// check reports the first value out of range.
-func (m *metaIn) check() error {
 	switch {
-	case m.ID == "":
+	case m.id == "":
 		return fmt.Errorf("empty id")
-	case !validStatus(m.Status):
-		return fmt.Errorf("unknown status %q", m.Status)
-	case m.Attempt < 0 || m.Attempt > math.MaxInt:
-		return fmt.Errorf("attempt %d is negative", m.Attempt)
-	case m.MaxRetry < 0 || m.MaxRetry > math.MaxInt:
-		return fmt.Errorf("max_retry %d is negative", m.MaxRetry)
-	case m.AckWaitMS < 0 || m.AckWaitMS > maxDurationMS:
-		return fmt.Errorf("ack_wait_ms %d out of range [0, %d]", m.AckWaitMS, maxDurationMS)
-	case present(m.Hdr) && present(m.HdrB64):
-		return fmt.Errorf("both hdr and hdr_b64")
-	}
-	for i, ms := range m.BackoffMS {
-		if ms < 0 || int64(ms) > maxDurationMS {
-			return fmt.Errorf("backoff_ms[%d] %d out of range [0, %d]", i, ms, maxDurationMS)
-		}
+	case !validStatus(m.status):
+		return fmt.Errorf("unknown status %q", m.status)
+	case m.attempt < 0 || m.attempt > math.MaxInt:
+		return fmt.Errorf("attempt %d is negative", m.attempt)
+	case m.maxRetry < 0 || m.maxRetry > math.MaxInt:
+		return fmt.Errorf("max_retry %d is negative", m.maxRetry)
+	case m.claim < 0:
+		return fmt.Errorf("claim %d is negative", m.claim)
+	case m.ackWaitMS < 0 || m.ackWaitMS > maxDurationMS:
+		return fmt.Errorf("ack_wait_ms %d out of range [0, %d]", m.ackWaitMS, maxDurationMS)
 	}
 	return nil
 }
 
-func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+// maxSkipDepth bounds the nesting of unknown fields' values.
+const maxSkipDepth = 64
 
-// header decodes hdr or hdr_b64, whichever the record has: an object of lists of strings. Keys
-// with an empty or null list are dropped; no key left is nil.
-func (m *metaIn) header() (map[string][]string, error) {
-	field, raw := "hdr", m.Hdr
-	if present(m.HdrB64) {
-		field, raw = "hdr_b64", m.HdrB64
-	}
-	if !present(raw) {
-		return nil, nil
-	}
-	var in map[string][]*string
-	if err := json.Unmarshal(raw, &in); err != nil {
-		return nil, fmt.Errorf("metadata: field %q: %v", field, describe(err))
-	}
-	var h map[string][]string
-	for k, ps := range in {
-		if len(ps) == 0 {
-			continue
+// metaDecoder parses the metadata line: one JSON object of known, flat fields.
+type metaDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *metaDecoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("offset %d: "+format, append([]any{d.i}, args...)...)
+}
+
+func (d *metaDecoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\r', '\n':
+			d.i++
+		default:
+			return
 		}
-		vals := make([]string, len(ps))
-		for i, p := range ps {
-			if p == nil {
-				return nil, fmt.Errorf("metadata: field %q: key %q: null value", field, k)
-			}
-			vals[i] = *p
-		}
-		if field == "hdr_b64" {
-			key, err := unBase64(k)
+	}
+}
+
+// peek skips white space and returns the next byte, 0 at the end.
+func (d *metaDecoder) peek() byte {
+	d.ws()
+	if d.i < len(d.b) {
+		return d.b[d.i]
+	}
+	return 0
+}
+
+func (d *metaDecoder) expect(c byte) error {
+	if d.peek() != c {
+		return d.errorf("want %q", c)
+	}
+	d.i++
+	return nil
+}
+
+// literal consumes word (true, false, null) if it comes next.
+func (d *metaDecoder) literal(word string) bool {
+	d.ws()
+	if len(d.b)-d.i >= len(word) && string(d.b[d.i:d.i+len(word)]) == word {
+		d.i += len(word)
+		return true
+	}
+	return false
+}
+
+func (d *metaDecoder) object(m *metaFields) error {
+	if err := d.expect('{'); err != nil {
+		return err
+	}
+	if d.peek() != '}' {
+		for {
+			key, err := d.str()
 			if err != nil {
-				return nil, fmt.Errorf("metadata: field %q: key %q: %v", field, k, err)
+				return err
 			}
-			k = key
-			for i, v := range vals {
-				if vals[i], err = unBase64(v); err != nil {
-					return nil, fmt.Errorf("metadata: field %q: value %q: %v", field, v, err)
-				}
+			if err := d.expect(':'); err != nil {
+				return err
 			}
+			if err := d.field(m, key); err != nil {
+				return err
+			}
+			if d.peek() != ',' {
+				break
+			}
+			d.i++
 		}
-		if h == nil {
-			h = make(map[string][]string, len(in))
-		}
-		h[k] = vals
 	}
-	return h, nil
+	if err := d.expect('}'); err != nil {
+		return err
+	}
+	if d.ws(); d.i != len(d.b) {
+		return d.errorf("data after the object")
+	}
+	return nil
 }
 
-// unBase64 decodes standard, padded base64.
-func unBase64(s string) (string, error) {
-	b, err := base64.StdEncoding.Strict().DecodeString(s)
-	if err != nil {
-		return "", fmt.Errorf("bad base64: %v", err)
+// field reads the value of one field into m.
+func (d *metaDecoder) field(m *metaFields, key []byte) error {
+	if d.literal("null") {
+		m.unset(string(key))
+		return nil
 	}
-	return string(b), nil
+	var err error
+	switch string(key) {
+	case "v":
+		m.v, err = d.int("v")
+		m.seen |= fV
+	case "id":
+		m.id, err = d.string("id")
+		m.seen |= fID
+	case "biz":
+		m.biz, err = d.string("biz")
+		m.seen |= fBiz
+	case "status":
+		var s []byte
+		if s, err = d.strField("status"); err == nil {
+			m.status = statusOf(s)
+		}
+		m.seen |= fStatus
+	case "due":
+		m.due, err = d.int("due")
+		m.seen |= fDue
+	case "attempt":
+		m.attempt, err = d.int("attempt")
+		m.seen |= fAttempt
+	case "max_retry":
+		m.maxRetry, err = d.int("max_retry")
+		m.seen |= fMaxRetry
+	case "ack_wait_ms":
+		m.ackWaitMS, err = d.int("ack_wait_ms")
+		m.seen |= fAckWait
+	case "backoff_ms":
+		m.backoff, err = d.backoff()
+		m.seen |= fBackoff
+	case "lease_until":
+		m.leaseUntil, err = d.int("lease_until")
+	case "owner":
+		m.owner, err = d.string("owner")
+	case "created":
+		m.created, err = d.int("created")
+		m.seen |= fCreated
+	case "updated":
+		m.updated, err = d.int("updated")
+		m.seen |= fUpdated
+	case "finished":
+		m.finished, err = d.int("finished")
+	case "last_error":
+		m.lastError, err = d.string("last_error")
+	case "claim":
+		m.claim, err = d.int("claim")
+	case "src":
+		m.src, err = d.string("src")
+	case "hdr":
+		m.hdr, err = d.header("hdr", nil)
+	case "hdr_b64":
+		m.hdr, err = d.header("hdr_b64", decodeBase64)
+	default:
+		err = d.skip(0)
+	}
+	return err
 }
 
-// statusOf returns s as one of the five status constants if it is one, so that a decoded record
-// shares their strings.
-func statusOf(s Status) Status {
-	switch s {
+// unset handles a field given as null: it counts as absent.
+func (m *metaFields) unset(key string) {
+	switch key {
+	case "v":
+		m.seen &^= fV
+	case "id":
+		m.seen &^= fID
+	case "biz":
+		m.seen &^= fBiz
+	case "status":
+		m.seen &^= fStatus
+	case "due":
+		m.seen &^= fDue
+	case "attempt":
+		m.seen &^= fAttempt
+	case "max_retry":
+		m.seen &^= fMaxRetry
+	case "ack_wait_ms":
+		m.seen &^= fAckWait
+	case "backoff_ms":
+		m.seen &^= fBackoff
+	case "created":
+		m.seen &^= fCreated
+	case "updated":
+		m.seen &^= fUpdated
+	case "lease_until":
+		m.leaseUntil = 0
+	case "owner":
+		m.owner = ""
+	case "finished":
+		m.finished = 0
+	case "last_error":
+		m.lastError = ""
+	case "claim":
+		m.claim = 0
+	case "src":
+		m.src = ""
+	case "hdr", "hdr_b64":
+		m.hdr = nil
+	}
+}
+
+// statusOf returns the status named by s, without allocating for the five known ones.
+func statusOf(s []byte) Status {
+	switch Status(s) {
 	case StatusWaiting:
 		return StatusWaiting
 	case StatusRunning:
@@ -279,60 +346,378 @@ func statusOf(s Status) Status {
 	case StatusCancelled:
 		return StatusCancelled
 	}
-	return s
+	return Status(s)
 }
 
-// unknownVersionHelp is what to do about a record of an unknown version.
-const unknownVersionHelp = "run the build that wrote it, or a later one, on this bucket; this one leaves the record alone"
-
-// metaError is the error for metadata that encoding/json refused: ErrUnknownVersion if it names
-// a version other than 1 (a later version may have another shape), ErrCorrupt otherwise.
-func metaError(meta []byte, err error) error {
-	if v, ok := probeVersion(meta); ok && v != "1" {
-		return fmt.Errorf("%w: version %s (this build reads version %d): %s", ErrUnknownVersion, v, recordVersion, unknownVersionHelp)
+// int reads a JSON integer that fits an int64 (no fraction, no exponent).
+func (d *metaDecoder) int(field string) (int64, error) {
+	d.ws()
+	start := d.i
+	neg := d.i < len(d.b) && d.b[d.i] == '-'
+	if neg {
+		d.i++
 	}
-	return fmt.Errorf("%w: metadata: %v", ErrCorrupt, describe(err))
+	limit := uint64(math.MaxInt64)
+	if neg {
+		limit++
+	}
+	digits := d.i
+	var n uint64
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		c := uint64(d.b[d.i] - '0')
+		if n > (limit-c)/10 {
+			d.i = start
+			return 0, d.errorf("field %q: integer out of range", field)
+		}
+		n = n*10 + c
+		d.i++
+	}
+	if d.i == digits || (d.b[digits] == '0' && d.i-digits > 1) ||
+		(d.i < len(d.b) && (d.b[d.i] == '.' || d.b[d.i] == 'e' || d.b[d.i] == 'E')) {
+		d.i = start
+		return 0, d.errorf("field %q: want an integer", field)
+	}
+	if neg {
+		return int64(-n), nil // -(1<<63) wraps to itself
+	}
+	return int64(n), nil
 }
 
-// describe words an encoding/json error: for a value of the wrong type, the field and what it
-// wants; for bad syntax, the offset and what is wrong.
-func describe(err error) string {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		want := "a string"
-		switch typeErr.Type.Kind() {
-		case reflect.Int64:
-			want = "an integer"
-		case reflect.Uint64:
-			want = "a non-negative integer"
-		case reflect.Slice:
-			want = "a list"
-		case reflect.Map:
-			want = "an object"
-		}
-		field := strings.TrimPrefix(typeErr.Field, "recordMeta.") // metaIn's embedded struct
-		if field == "" {
-			return fmt.Sprintf("want %s, got %s", want, typeErr.Value)
-		}
-		return fmt.Sprintf("field %q: want %s, got %s", field, want, typeErr.Value)
-	case errors.As(err, &syntaxErr):
-		return fmt.Sprintf("offset %d: %v", syntaxErr.Offset, syntaxErr)
+func (d *metaDecoder) string(field string) (string, error) {
+	s, err := d.strField(field)
+	return string(s), err
+}
+
+func (d *metaDecoder) strField(field string) ([]byte, error) {
+	if d.peek() != '"' {
+		return nil, d.errorf("field %q: want a string", field)
 	}
-	return err.Error()
+	return d.str()
+}
+
+// str reads a JSON string. The result aliases the input unless the string has escapes or invalid
+// UTF-8 (which becomes U+FFFD).
+func (d *metaDecoder) str() ([]byte, error) {
+	if err := d.expect('"'); err != nil {
+		return nil, err
+	}
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			return d.b[start : d.i-1], nil
+		case c == '\\' || c < 0x20:
+			return d.strSlow(start)
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(d.b[d.i:])
+			if r == utf8.RuneError && size == 1 {
+				return d.strSlow(start)
+			}
+			d.i += size
+		default:
+			d.i++
+		}
+	}
+	return nil, d.errorf("unterminated string")
+}
+
+// strSlow continues str at d.i, the first byte that needs work, into a new buffer.
+func (d *metaDecoder) strSlow(start int) ([]byte, error) {
+	out := make([]byte, d.i-start, d.i-start+16)
+	copy(out, d.b[start:d.i])
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			return out, nil
+		case c < 0x20:
+			return nil, d.errorf("control character %#x in a string", c)
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(d.b[d.i:])
+			out = utf8.AppendRune(out, r) // RuneError for a bad byte
+			d.i += size
+		case c != '\\':
+			out = append(out, c)
+			d.i++
+		default:
+			if d.i+1 >= len(d.b) {
+				return nil, d.errorf("unterminated string")
+			}
+			e := d.b[d.i+1]
+			d.i += 2
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(d.b[d.i:])
+				if !ok {
+					return nil, d.errorf("bad \\u escape")
+				}
+				d.i += 4
+				if utf16.IsSurrogate(r) {
+					r = utf8.RuneError
+					if rest := d.b[d.i:]; len(rest) >= 6 && rest[0] == '\\' && rest[1] == 'u' {
+						if r2, ok := hex4(rest[2:]); ok {
+							if pair := utf16.DecodeRune(d.runeBefore(), r2); pair != utf8.RuneError {
+								r = pair
+								d.i += 6
+							}
+						}
+					}
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return nil, d.errorf("bad escape \\%c", e)
+			}
+		}
+	}
+	return nil, d.errorf("unterminated string")
+}
+
+// runeBefore re-reads the \uXXXX escape that ends at d.i.
+func (d *metaDecoder) runeBefore() rune {
+	r, _ := hex4(d.b[d.i-4:])
+	return r
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// backoff reads backoff_ms: a list of milliseconds, each a valid duration. An empty list is nil.
+func (d *metaDecoder) backoff() ([]time.Duration, error) {
+	if err := d.expect('['); err != nil {
+		return nil, fmt.Errorf("field %q: %w", "backoff_ms", err)
+	}
+	var list []time.Duration
+	if d.peek() != ']' {
+		for {
+			ms, err := d.int("backoff_ms")
+			if err != nil {
+				return nil, err
+			}
+			if ms < 0 || ms > maxDurationMS {
+				return nil, fmt.Errorf("backoff_ms[%d] %d out of range [0, %d]", len(list), ms, maxDurationMS)
+			}
+			list = append(list, time.Duration(ms)*time.Millisecond)
+			if d.peek() != ',' {
+				break
+			}
+			d.i++
+		}
+	}
+	if err := d.expect(']'); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// header reads hdr or hdr_b64 (named by field): an object of lists of strings, each key and value
+// passed through decode unless it is nil. Keys with an empty or null list are dropped; an empty
+// object is nil.
+func (d *metaDecoder) header(field string, decode func([]byte) ([]byte, error)) (map[string][]string, error) {
+	if err := d.expect('{'); err != nil {
+		return nil, fmt.Errorf("field %q: %w", field, err)
+	}
+	str := func() (string, error) {
+		s, err := d.strField(field)
+		if err != nil || decode == nil {
+			return string(s), err
+		}
+		if s, err = decode(s); err != nil {
+			return "", d.errorf("field %q: %v", field, err)
+		}
+		return string(s), nil
+	}
+	var h map[string][]string
+	if d.peek() != '}' {
+		for {
+			key, err := str()
+			if err != nil {
+				return nil, err
+			}
+			if err := d.expect(':'); err != nil {
+				return nil, err
+			}
+			vals, err := d.headerValues(field, str)
+			if err != nil {
+				return nil, err
+			}
+			if len(vals) > 0 {
+				if h == nil {
+					h = make(map[string][]string)
+				}
+				h[key] = vals
+			} else {
+				delete(h, key)
+			}
+			if d.peek() != ',' {
+				break
+			}
+			d.i++
+		}
+	}
+	if err := d.expect('}'); err != nil {
+		return nil, err
+	}
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return h, nil
+}
+
+func (d *metaDecoder) headerValues(field string, str func() (string, error)) ([]string, error) {
+	if d.literal("null") {
+		return nil, nil
+	}
+	if err := d.expect('['); err != nil {
+		return nil, fmt.Errorf("field %q: %w", field, err)
+	}
+	var vals []string
+	if d.peek() != ']' {
+		for {
+			v, err := str()
+			if err != nil {
+				return nil, err
+			}
+			vals = append(vals, v)
+			if d.peek() != ',' {
+				break
+			}
+			d.i++
+		}
+	}
+	return vals, d.expect(']')
+}
+
+// decodeBase64 decodes standard, padded base64.
+func decodeBase64(s []byte) ([]byte, error) {
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
+	n, err := base64.StdEncoding.Strict().Decode(out, s)
+	if err != nil {
+		return nil, fmt.Errorf("bad base64: %v", err)
+	}
+	return out[:n], nil
+}
+
+// skip reads over any JSON value (an unknown field's).
+func (d *metaDecoder) skip(depth int) error {
+	if depth > maxSkipDepth {
+		return d.errorf("nested deeper than %d", maxSkipDepth)
+	}
+	switch d.peek() {
+	case '"':
+		_, err := d.str()
+		return err
+	case '{', '[':
+		open := d.b[d.i]
+		close := byte('}')
+		if open == '[' {
+			close = ']'
+		}
+		d.i++
+		if d.peek() != close {
+			for {
+				if open == '{' {
+					if _, err := d.strField("key"); err != nil {
+						return err
+					}
+					if err := d.expect(':'); err != nil {
+						return err
+					}
+				}
+				if err := d.skip(depth + 1); err != nil {
+					return err
+				}
+				if d.peek() != ',' {
+					break
+				}
+				d.i++
+			}
+		}
+		return d.expect(close)
+	}
+	if d.literal("true") || d.literal("false") || d.literal("null") {
+		return nil
+	}
+	return d.number()
+}
+
+// number reads over a JSON number.
+func (d *metaDecoder) number() error {
+	start := d.i
+	digits := func() int {
+		n := 0
+		for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+			d.i++
+			n++
+		}
+		return n
+	}
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		d.i++
+	}
+	first := d.i
+	if n := digits(); n == 0 || (n > 1 && d.b[first] == '0') {
+		d.i = start
+		return d.errorf("want a value")
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if digits() == 0 {
+			return d.errorf("bad number")
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if digits() == 0 {
+			return d.errorf("bad number")
+		}
+	}
+	return nil
 }
 
 // probeVersion pulls "v" out of metadata that did not decode as a version 1 record, so that a
 // record of a later version is reported as such rather than as corrupt.
 func probeVersion(meta []byte) (string, bool) {
-	var p map[string]json.RawMessage
-	if json.Unmarshal(meta, &p) != nil {
+	var p struct {
+		V json.RawMessage `json:"v"`
+	}
+	if json.Unmarshal(meta, &p) != nil || len(p.V) == 0 || (p.V[0] != '-' && (p.V[0] < '0' || p.V[0] > '9')) {
 		return "", false
 	}
-	v := p["v"]
-	if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
-		return "", false
-	}
-	return string(v), true
+	return string(p.V), true
 }
