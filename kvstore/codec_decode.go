@@ -20,6 +20,15 @@ import (
 // hdr_b64 count as one field); invalid UTF-8 and lone surrogates in strings become U+FFFD. The
 // keys and values of hdr_b64 must be standard, padded base64.
 func DecodeTask(b []byte) (Task, error) {
+	t, err := decodeTask(b)
+	if err == nil && t.Payload != nil {
+		t.Payload = bytes.Clone(t.Payload)
+	}
+	return t, err
+}
+
+// decodeTask is DecodeTask with the payload a part of b, for a caller that owns b for good.
+func decodeTask(b []byte) (Task, error) {
 	if len(b) == 0 {
 		return Task{}, fmt.Errorf("%w: empty value", ErrCorrupt)
 	}
@@ -32,7 +41,7 @@ func DecodeTask(b []byte) (Task, error) {
 	d := metaDecoder{b: meta}
 	if err := d.object(&m); err != nil {
 		if v, ok := probeVersion(meta); ok && v != "1" {
-			return Task{}, fmt.Errorf("%w: version %s (this build reads version %d)", ErrUnknownVersion, v, recordVersion)
+			return Task{}, fmt.Errorf("%w: version %s (this build reads version %d): %s", ErrUnknownVersion, v, recordVersion, unknownVersionHelp)
 		}
 		return Task{}, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
 	}
@@ -40,7 +49,7 @@ func DecodeTask(b []byte) (Task, error) {
 		return Task{}, fmt.Errorf("%w: missing field %q", ErrCorrupt, "v")
 	}
 	if m.v != recordVersion {
-		return Task{}, fmt.Errorf("%w: version %d (this build reads version %d)", ErrUnknownVersion, m.v, recordVersion)
+		return Task{}, fmt.Errorf("%w: version %d (this build reads version %d): %s", ErrUnknownVersion, m.v, recordVersion, unknownVersionHelp)
 	}
 	if err := m.check(); err != nil {
 		return Task{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
@@ -65,10 +74,13 @@ func DecodeTask(b []byte) (Task, error) {
 		Fingerprint: m.src,
 	}
 	if len(payload) > 0 {
-		t.Payload = bytes.Clone(payload)
+		t.Payload = payload
 	}
 	return t, nil
 }
+
+// unknownVersionHelp is what to do about a record of an unknown version.
+const unknownVersionHelp = "run the build that wrote it, or a later one, on this bucket; this one leaves the record alone"
 
 // Bits of metaFields.seen: the required fields.
 const (

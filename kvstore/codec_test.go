@@ -436,6 +436,28 @@ func TestCodecDecodeLenient(t *testing.T) {
 	}
 }
 
+// Of a field given twice the last counts: a later null makes it absent, a later header object
+// replaces the first rather than adding to it.
+func TestCodecDecodeRepeated(t *testing.T) {
+	t.Parallel()
+	in := `{"v":1,"id":"a","biz":"b","status":"RUNNING","due":1,"attempt":1,"max_retry":3,"ack_wait_ms":5,` +
+		`"backoff_ms":[1,2],"backoff_ms":[3],"created":1,"updated":2,"owner":"x","owner":null,"lease_until":9,"lease_until":null,` +
+		`"claim":7,"claim":null,"claim":8,"last_error":"e","last_error":null,"src":"s","src":null,"finished":4,"finished":null,` +
+		`"hdr":{"A":["1"]},"hdr":{"B":["2"]}}` + "\n"
+	got, err := kvstore.DecodeTask([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kvstore.Task{
+		ID: "a", BizType: "b", Status: kvstore.StatusRunning, DueAt: 1, Attempt: 1, MaxRetry: 3,
+		AckWait: 5 * time.Millisecond, Backoff: []time.Duration{3 * time.Millisecond}, CreatedAt: 1, UpdatedAt: 2,
+		Claim: 8, Header: map[string][]string{"B": {"2"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
 func FuzzDecodeTask(f *testing.F) {
 	golden, err := os.ReadFile(filepath.Join("testdata", "record-v1.txt"))
 	if err != nil {

@@ -540,9 +540,10 @@ func mapError(err error) error {
 }
 
 // decodeEntry decodes a stored value of task id at rev; the error wraps ErrCorrupt or
-// ErrUnknownVersion.
+// ErrUnknownVersion. The payload is part of val, which the caller hands over for good (a message
+// nats.go allocated for it, or a copy): the watch's initial load copies no payloads.
 func decodeEntry(id string, rev uint64, val []byte) (Entry, error) {
-	t, err := DecodeTask(val)
+	t, err := decodeTask(val)
 	if err != nil {
 		return Entry{}, fmt.Errorf("task %s revision %d: %w", id, rev, err)
 	}

@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"bytes"
 	"cmp"
 	"container/heap"
 	"context"
@@ -144,7 +145,7 @@ func (m *MemStore) Create(ctx context.Context, t *Task) (Entry, error) {
 	defer m.mu.Unlock()
 	m.expire()
 	if r, ok := m.recs[key]; ok && !r.deleted {
-		cur, err := decodeEntry(t.ID, r.rev, r.val)
+		cur, err := decodeEntry(t.ID, r.rev, bytes.Clone(r.val))
 		if err != nil {
 			return Entry{}, fmt.Errorf("create %s: %w, unreadable: %w", t.ID, ErrExists, err)
 		}
@@ -169,7 +170,7 @@ func (m *MemStore) Get(ctx context.Context, id string) (Entry, error) {
 	if !ok || r.deleted {
 		return Entry{}, fmt.Errorf("get %s: %w", id, ErrNotFound)
 	}
-	return decodeEntry(id, r.rev, r.val)
+	return decodeEntry(id, r.rev, bytes.Clone(r.val))
 }
 
 // Update replaces the record of t.ID if the key's last revision is rev.
@@ -320,7 +321,7 @@ func keyPartition(key string, n int) (int, bool) {
 
 func memEvent(key string, r memRec) Event {
 	id, _ := IDFromKey(key)
-	return recordEvent(id, r.rev, r.deleted, r.val)
+	return recordEvent(id, r.rev, r.deleted, bytes.Clone(r.val))
 }
 
 func (m *MemStore) encode(ctx context.Context, t *Task) (key string, val []byte, err error) {

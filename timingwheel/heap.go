@@ -1,107 +1,83 @@
 package timingwheel
 
-// The far heap: a 4-ary min-heap of node indexes ordered by (due, seq).
-// Each node in the heap keeps its position in node.prev.
+// arity: a 4-ary heap has half the levels of a binary one, and a node's children share cache
+// lines.
+const arity = 4
 
-func (w *Wheel[V]) heapLess(a, b int32) bool {
-	na, nb := w.slab.at(a), w.slab.at(b)
-	if na.due != nb.due {
-		return na.due < nb.due
+// elem is one heap element: the ordering key inline, so that sifting reads only the heap.
+type elem struct {
+	due int64
+	seq uint64
+	i   int32 // node
+}
+
+func (a elem) before(b elem) bool {
+	if a.due != b.due {
+		return a.due < b.due
 	}
-	return int32(na.seq-nb.seq) < 0
+	return a.seq < b.seq
 }
 
-func (w *Wheel[V]) heapSet(pos int, i int32) {
-	w.heap[pos] = i
-	w.slab.at(i).prev = int32(pos)
+// heap is a 4-ary min-heap ordered by (due, seq); each node knows its position.
+type heap []elem
+
+func (h heap) set(nodes []node, p int, e elem) {
+	h[p] = e
+	nodes[e.i].pos = int32(p)
 }
 
-func (w *Wheel[V]) heapPush(i int32, n *node[V]) {
-	n.next = inHeap
-	w.heap = append(w.heap, i)
-	w.heapUp(len(w.heap)-1, i)
+func (h *heap) push(nodes []node, e elem) {
+	*h = append(*h, e)
+	h.up(nodes, len(*h)-1)
 }
 
-func (w *Wheel[V]) heapUp(pos int, i int32) {
-	for pos > 0 {
-		parent := (pos - 1) / 4
-		p := w.heap[parent]
-		if !w.heapLess(i, p) {
+func (h *heap) removeAt(nodes []node, p int) {
+	last := len(*h) - 1
+	if p != last {
+		h.set(nodes, p, (*h)[last])
+	}
+	*h = (*h)[:last]
+	if p < last {
+		h.down(nodes, p)
+		h.up(nodes, p)
+	}
+	if cap(*h) > 1<<16 && len(*h) < cap(*h)/4 { // let a drained backlog's heap go
+		*h = append(heap(nil), *h...)
+	}
+}
+
+func (h heap) up(nodes []node, p int) {
+	e := h[p]
+	for p > 0 {
+		parent := (p - 1) / arity
+		if !e.before(h[parent]) {
 			break
 		}
-		w.heapSet(pos, p)
-		pos = parent
+		h.set(nodes, p, h[parent])
+		p = parent
 	}
-	w.heapSet(pos, i)
+	h.set(nodes, p, e)
 }
 
-func (w *Wheel[V]) heapDown(pos int, i int32) {
-	n := len(w.heap)
+func (h heap) down(nodes []node, p int) {
+	n := len(h)
+	e := h[p]
 	for {
-		first := 4*pos + 1
+		first := arity*p + 1
 		if first >= n {
 			break
 		}
-		best, bi := first, w.heap[first]
-		for c := first + 1; c < first+4 && c < n; c++ {
-			if ci := w.heap[c]; w.heapLess(ci, bi) {
-				best, bi = c, ci
+		c := first
+		for k := first + 1; k < first+arity && k < n; k++ {
+			if h[k].before(h[c]) {
+				c = k
 			}
 		}
-		if !w.heapLess(bi, i) {
+		if !h[c].before(e) {
 			break
 		}
-		w.heapSet(pos, bi)
-		pos = best
+		h.set(nodes, p, h[c])
+		p = c
 	}
-	w.heapSet(pos, i)
-}
-
-// purgeTop frees zombies at the top of the heap.
-func (w *Wheel[V]) purgeTop() {
-	for len(w.heap) > 0 {
-		i := w.heap[0]
-		if w.slab.at(i).next != zombie {
-			return
-		}
-		w.heapRemove(0)
-		w.zombies--
-		w.slab.push(i)
-	}
-}
-
-// compactHeap frees all zombies and restores the heap order in O(n).
-func (w *Wheel[V]) compactHeap() {
-	live := w.heap[:0]
-	for _, i := range w.heap {
-		if w.slab.at(i).next == zombie {
-			w.slab.push(i)
-			continue
-		}
-		live = append(live, i)
-	}
-	clear(w.heap[len(live):])
-	w.heap = live
-	w.zombies = 0
-	for pos, i := range w.heap {
-		w.slab.at(i).prev = int32(pos)
-	}
-	for pos := (len(w.heap) - 2) / 4; len(w.heap) > 1 && pos >= 0; pos-- {
-		w.heapDown(pos, w.heap[pos])
-	}
-}
-
-// heapRemove takes the node at position pos out of the heap.
-func (w *Wheel[V]) heapRemove(pos int) {
-	last := len(w.heap) - 1
-	moved := w.heap[last]
-	w.heap = w.heap[:last]
-	if pos == last {
-		return
-	}
-	if pos > 0 && w.heapLess(moved, w.heap[(pos-1)/4]) {
-		w.heapUp(pos, moved)
-	} else {
-		w.heapDown(pos, moved)
-	}
+	h.set(nodes, p, e)
 }

@@ -1,0 +1,147 @@
+package timingwheel_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/axbridge/axbridge/timingwheel"
+)
+
+func TestIndexTable(t *testing.T) {
+	t.Parallel()
+	type put struct {
+		q   int
+		id  string
+		due int64
+	}
+	tests := []struct {
+		name   string
+		puts   []put
+		remove []string
+		// popped per queue, in order
+		want [2][]string
+	}{
+		{"empty", nil, nil, [2][]string{}},
+		{"deadline order", []put{{0, "c", 30}, {0, "a", 10}, {0, "b", 20}}, nil, [2][]string{{"a", "b", "c"}}},
+		{"ties in insertion order", []put{{0, "a", 7}, {0, "b", 7}, {0, "c", 7}}, nil, [2][]string{{"a", "b", "c"}}},
+		{"a replace counts as an insertion", []put{{0, "a", 7}, {0, "b", 7}, {0, "c", 7}, {0, "a", 7}}, nil, [2][]string{{"b", "c", "a"}}},
+		{"a replace moves the entry to its new time", []put{{0, "a", 1}, {0, "b", 5}, {0, "a", 9}}, nil, [2][]string{{"b", "a"}}},
+		{"a replace moves the entry to its new queue", []put{{0, "a", 1}, {0, "b", 5}, {1, "a", 0}}, nil, [2][]string{{"b"}, {"a"}}},
+		{"queues apart", []put{{1, "h", 1}, {0, "f", 2}, {1, "i", 0}}, nil, [2][]string{{"f"}, {"i", "h"}}},
+		{"remove", []put{{0, "a", 1}, {0, "b", 2}, {1, "c", 3}}, []string{"a", "c", "zz"}, [2][]string{{"b"}}},
+		{"negative and extreme times", []put{{0, "max", 1<<63 - 1}, {0, "min", -1 << 63}, {0, "zero", 0}}, nil, [2][]string{{"min", "zero", "max"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			x := timingwheel.New(2)
+			for _, p := range tt.puts {
+				x.Put(p.q, timingwheel.Entry{ID: p.id, Due: p.due})
+			}
+			for _, id := range tt.remove {
+				x.Remove(id)
+			}
+			if n := len(tt.want[0]) + len(tt.want[1]); x.Len() != n {
+				t.Fatalf("Len %d, want %d", x.Len(), n)
+			}
+			for q := range 2 {
+				var got []string
+				for {
+					e, ok := x.Pop(q)
+					if !ok {
+						break
+					}
+					got = append(got, e.ID)
+				}
+				if !slices.Equal(got, tt.want[q]) {
+					t.Errorf("queue %d: %v, want %v", q, got, tt.want[q])
+				}
+			}
+			if x.Len() != 0 {
+				t.Errorf("%d left after popping every queue", x.Len())
+			}
+		})
+	}
+}
+
+func TestIndexGetAndRemove(t *testing.T) {
+	t.Parallel()
+	x := timingwheel.New(3)
+	x.Put(2, timingwheel.Entry{ID: "a", Due: 5, Value: 11, Kind: 3})
+	if e, ok := x.Get("a"); !ok || e != (timingwheel.Entry{ID: "a", Due: 5, Value: 11, Kind: 3}) {
+		t.Fatalf("Get = %+v, %v", e, ok)
+	}
+	if e, ok := x.Peek(2); !ok || e.ID != "a" {
+		t.Fatalf("Peek(2) = %+v, %v; want a", e, ok)
+	}
+	if _, ok := x.Get("b"); ok {
+		t.Fatal("Get of an id never put")
+	}
+	if !x.Remove("a") || x.Remove("a") {
+		t.Fatal("Remove: want true once, then false")
+	}
+	if _, ok := x.Peek(2); ok {
+		t.Fatal("Peek of an empty queue")
+	}
+	if _, ok := x.Pop(2); ok {
+		t.Fatal("Pop of an empty queue")
+	}
+}
+
+// The index keeps its own copy of an id, not the caller's larger string.
+func TestIndexCopiesID(t *testing.T) {
+	t.Parallel()
+	key := []byte("p3.order-42")
+	x := timingwheel.New(1)
+	x.Put(0, timingwheel.Entry{ID: string(key[3:]), Due: 1})
+	copy(key, "XXXXXXXXXXX")
+	if e, ok := x.Peek(0); !ok || e.ID != "order-42" {
+		t.Fatalf("Peek = %+v", e)
+	}
+}
+
+func TestIndexCountDue(t *testing.T) {
+	t.Parallel()
+	x := timingwheel.New(1)
+	for i, due := range []int64{50, 10, 30, 20, 40, 5} {
+		kind := uint8(1)
+		if i == 5 {
+			kind = 2 // earliest, but another kind
+		}
+		x.Put(0, timingwheel.Entry{ID: string(rune('a' + i)), Due: due, Kind: kind})
+	}
+	for _, tc := range []struct {
+		t           int64
+		n           int
+		earliest    int64
+		description string
+	}{
+		{4, 0, 0, "nothing due"},
+		{5, 0, 0, "only the other kind due"},
+		{20, 2, 10, "two due"},
+		{100, 5, 10, "all due"},
+	} {
+		if n, earliest := x.CountDue(0, tc.t, 1); n != tc.n || earliest != tc.earliest {
+			t.Errorf("%s: CountDue(0, %d, 1) = %d, %d; want %d, %d", tc.description, tc.t, n, earliest, tc.n, tc.earliest)
+		}
+	}
+}
+
+func TestNewRefusesQueueCounts(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, -1, 257} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("New(%d) did not panic", n)
+				}
+			}()
+			timingwheel.New(n)
+		}()
+	}
+	x := timingwheel.New(256)
+	x.Put(255, timingwheel.Entry{ID: "last"})
+	if e, ok := x.Pop(255); !ok || e.ID != "last" {
+		t.Errorf("Pop(255) = %+v, %v", e, ok)
+	}
+}
