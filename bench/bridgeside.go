@@ -149,7 +149,7 @@ func (r *runner) startBridgeNamed(ctx context.Context, s *bridgeSide, id string)
 	var store *kvstore.JetStore
 	// A fresh cluster may not place an R3 bucket at once: retry briefly.
 	if err := retry(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
-		store, err = kvstore.OpenJetStore(ctx, bjs, kvstore.Config{Bucket: bridgeBucket, Replicas: s.srv.replicas()})
+		store, err = kvstore.OpenJetStore(ctx, bjs, kvstore.Config{Bucket: bridgeBucket, Replicas: s.srv.replicas(), BatchMax: r.o.writeBatch})
 		return err
 	}); err != nil {
 		bnc.Close()

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
 )
 
 // options are the bench's flags.
@@ -19,6 +21,7 @@ type options struct {
 	sync       string // "always" or "default"
 	cluster    bool
 	bridges    int // bridges in this process on the bridge side
+	writeBatch int // the bridge store's BatchMax (kvstore.Config)
 	intake     int
 	spread     int
 	burst      int
@@ -46,6 +49,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.sync, "sync", "always", "nats-server sync_interval: always (fsync every write) or default")
 	fs.BoolVar(&o.cluster, "cluster", false, "a 3-node loopback cluster with R3 streams and bucket instead of one node")
 	fs.IntVar(&o.bridges, "bridges", 1, "bridge replicas on the bridge side, each on its own connection (claim conflicts are counted)")
+	fs.IntVar(&o.writeBatch, "write-batch", kvstore.DefaultBatchMax, "the bridge's store writes grouped into one atomic batch, 1-1000 (as axbridge --write-batch); 1 sends each on its own")
 	fs.IntVar(&o.intake, "intake", 0, "schedules published in the intake row (default: --burst)")
 	fs.IntVar(&o.spread, "spread", 2000, "tasks spread over 0.5–4 s in the lateness rows")
 	fs.IntVar(&o.burst, "burst", 50000, "tasks due at one instant in the burst and writes rows")
@@ -66,7 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("--sync %q: want always or default", o.sync))
 	}
 	o.intake = cmpOr(o.intake, o.burst)
-	for name, v := range map[string]int{"--bridges": o.bridges, "--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending} {
+	for name, v := range map[string]int{"--bridges": o.bridges, "--write-batch": o.writeBatch, "--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending} {
 		if v < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: want at least 1", name, v))
 		}
@@ -181,7 +185,7 @@ func run(ctx context.Context, o options, stderr io.Writer) (Report, error) {
 		return Report{}, context.Cause(ctx)
 	}
 	settings := map[string]any{
-		"sync": o.sync, "nodes": nodes, "bridges": o.bridges, "burst": o.burst, "spread": o.spread, "intake": o.intake,
+		"sync": o.sync, "nodes": nodes, "bridges": o.bridges, "write_batch": o.writeBatch, "burst": o.burst, "spread": o.spread, "intake": o.intake,
 		"pending": o.pending, "nats_server": serverVersion(bin), "go": runtime.Version(),
 		"cpus": runtime.NumCPU(), "date": time.Now().UTC().Format(time.RFC3339),
 	}
