@@ -17,7 +17,7 @@ import (
 // The constants are those of the default prefix; a bridge serves <Config.Prefix>.api.task.*, as
 // the micro service <Config.Prefix>bridge with that name as its queue group.
 const (
-	APIPrefix  = "ax.api.task"
+	APIPrefix  = DefaultPrefix + ".api.task"
 	APIGet     = APIPrefix + ".get"
 	APICancel  = APIPrefix + ".cancel"
 	APIRequeue = APIPrefix + ".requeue"
