@@ -144,7 +144,7 @@ func (op *ackOp) respond() {
 // fired, the claimed record is in memory and the write is pipelined; otherwise the record is read
 // first. A write that fails is settled by reading the record back (applyAckRead).
 func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
-	addr, ok := parseAckSubject(r.msg.Subject)
+	addr, ok := b.cfg.subj.parseAckSubject(r.msg.Subject)
 	if !ok || addr.partition >= b.nparts || kvstore.Partition(addr.id, b.nparts) != addr.partition {
 		b.log.Debug("ack on an unknown subject", "subject", r.msg.Subject)
 		return

@@ -14,8 +14,10 @@ import (
 
 // The task API: a NATS micro service (visible in `nats micro ls`), one endpoint per operation,
 // served by every replica in a queue group. The request body is the task id (subjects.md, "Task API").
+// The constants are those of the default prefix; a bridge serves <Config.Prefix>.api.task.*, as
+// the micro service <Config.Prefix>bridge with that name as its queue group.
 const (
-	APIPrefix  = "ax.api.task"
+	APIPrefix  = DefaultPrefix + ".api.task"
 	APIGet     = APIPrefix + ".get"
 	APICancel  = APIPrefix + ".cancel"
 	APIRequeue = APIPrefix + ".requeue"
@@ -74,7 +76,8 @@ func viewOf(e kvstore.Entry) taskView {
 // startAPI registers the task API on the bridge's connection.
 func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 	svc, err := micro.AddService(b.nc, micro.Config{
-		Name:        "axbridge",
+		Name:        b.cfg.subj.service,
+		QueueGroup:  b.cfg.subj.service,
 		Version:     apiVersion,
 		Description: "ax bridge task API: get, cancel and requeue delayed tasks; the request body is the task id",
 		Metadata:    map[string]string{"replica": b.cfg.ReplicaID},
@@ -82,7 +85,7 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := svc.AddGroup(APIPrefix)
+	g := svc.AddGroup(b.cfg.subj.api)
 	endpoints := []struct {
 		name string
 		h    func(context.Context, micro.Request, string)

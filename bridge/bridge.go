@@ -1,10 +1,12 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,6 +263,7 @@ func (b *Bridge) join(ctx context.Context) error {
 		if named, ok := b.store.(interface{ Bucket() string }); ok && bucket == "" {
 			bucket = named.Bucket() + "_MEMBERS"
 		}
+		bucket = cmp.Or(bucket, strings.ToUpper(b.cfg.Prefix)+"_TASKS_MEMBERS")
 		mctx, cancel := withDefaultTimeout(ctx)
 		m, err := kvstore.OpenMembers(mctx, b.js, kvstore.MembersConfig{Bucket: bucket, Replicas: b.cfg.StreamReplicas})
 		cancel()

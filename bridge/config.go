@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,8 +18,15 @@ import (
 
 // Config configures a Bridge. Zero values take the documented defaults.
 type Config struct {
-	// Stream is the JetStream stream that captures ax.schedule.> (default "AX_SCHEDULE"),
-	// Consumer the durable pull consumer shared by all replicas (default "axbridge").
+	// Prefix is the first token of every subject the bridge publishes and subscribes (default
+	// DefaultPrefix, "ax"): <prefix>.schedule.<bizType>, <prefix>.fire.<bizType>, <prefix>.ack...,
+	// the task API <prefix>.api.task.* and its micro service <prefix>bridge. Two deployments with
+	// different prefixes (and their own stream and bucket) share one account without seeing each
+	// other's tasks. One subject token of 1-64 characters from [A-Za-z0-9_-].
+	Prefix string
+	// Stream is the JetStream stream that captures <prefix>.schedule.> (default the prefix in
+	// upper case plus "_SCHEDULE": "AX_SCHEDULE"), Consumer the durable pull consumer shared by
+	// all replicas (default the prefix plus "bridge": "axbridge").
 	Stream   string
 	Consumer string
 	// StreamReplicas is the intake stream's replica count (default 1; 3 on a cluster).
@@ -46,7 +54,8 @@ type Config struct {
 	// MembersBucket on the bridge's NATS connection.
 	Members Membership
 	// MembersBucket names the membership bucket when Members is nil (default: the task
-	// bucket's name plus "_MEMBERS", "AX_TASKS_MEMBERS" for a store without a name).
+	// bucket's name plus "_MEMBERS"; for a store without a name, the prefix in upper case plus
+	// "_TASKS_MEMBERS", "AX_TASKS_MEMBERS").
 	MembersBucket string
 
 	// Task defaults, used when a schedule message does not say.
@@ -103,11 +112,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now). It must return readings with a monotonic component.
 	Now func() time.Time
+
+	subj subjects // the subjects under Prefix, set by withDefaults
 }
 
 func (c Config) withDefaults() Config {
-	c.Stream = cmp.Or(c.Stream, "AX_SCHEDULE")
-	c.Consumer = cmp.Or(c.Consumer, "axbridge")
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	c.subj = subjectsOf(c.Prefix)
+	c.Stream = cmp.Or(c.Stream, strings.ToUpper(c.Prefix)+"_SCHEDULE")
+	c.Consumer = cmp.Or(c.Consumer, c.Prefix+"bridge")
 	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
 	c.IntakeMaxDeliver = cmp.Or(c.IntakeMaxDeliver, 20)
 	if c.ReplicaID == "" {
@@ -149,6 +162,9 @@ func (c Config) Validate() error { return c.withDefaults().validate() }
 // validate reports every invalid setting.
 func (c Config) validate() error {
 	var errs []error
+	if err := CheckPrefix(c.Prefix); err != nil {
+		errs = append(errs, err)
+	}
 	if !validBizType(c.ReplicaID) {
 		errs = append(errs, fmt.Errorf("replica id %q: want 1-64 characters of [A-Za-z0-9_-]", c.ReplicaID))
 	}

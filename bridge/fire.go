@@ -107,8 +107,8 @@ func (b *Bridge) publishFire(e kvstore.Entry) {
 	h := fireHeader(t)
 	h[HeaderReplica] = []string{b.cfg.ReplicaID}
 	msg := &nats.Msg{
-		Subject: FirePrefix + t.BizType,
-		Reply:   ackSubject(t.BizType, p, t.Claim, t.ID),
+		Subject: b.cfg.subj.fire + t.BizType,
+		Reply:   b.cfg.subj.ackSubject(t.BizType, p, t.Claim, t.ID),
 		Data:    t.Payload,
 		Header:  h,
 	}
@@ -137,7 +137,7 @@ func (b *Bridge) dead(t *kvstore.Task) {
 	h := fireHeader(t)
 	delete(h, HeaderDueAt)
 	h[HeaderError] = []string{t.LastError}
-	if err := b.nc.PublishMsg(&nats.Msg{Subject: DeadPrefix + t.BizType, Data: t.Payload, Header: h}); err != nil {
+	if err := b.nc.PublishMsg(&nats.Msg{Subject: b.cfg.subj.dead + t.BizType, Data: t.Payload, Header: h}); err != nil {
 		b.log.Warn("publish dead event", "task_id", t.ID, "err", err)
 	}
 	b.m.dead.WithLabelValues(t.BizType).Inc()

@@ -49,7 +49,7 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 		_, err = b.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        b.cfg.Stream,
 			Description: "ax bridge intake: schedule messages wait here until a bridge has stored them as tasks",
-			Subjects:    []string{SchedulePrefix + ">"},
+			Subjects:    []string{b.cfg.subj.schedule + ">"},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    b.cfg.StreamReplicas,
@@ -75,7 +75,7 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 			AckWait:       intakeAckWait,
 			MaxAckPending: intakeMaxAckPending,
 			MaxDeliver:    b.cfg.IntakeMaxDeliver + intakeDeliverSpare,
-			FilterSubject: SchedulePrefix + ">",
+			FilterSubject: b.cfg.subj.schedule + ">",
 		})
 		if errors.Is(err, jetstream.ErrConsumerExists) { // another replica was first
 			cons, err = b.js.Consumer(ctx, b.cfg.Stream, b.cfg.Consumer)
@@ -100,8 +100,8 @@ const intakeDeliverSpare = 2
 // has stored them, and warns about settings that cost space without losing anything.
 func (b *Bridge) checkStream(sc jetstream.StreamConfig) error {
 	var errs []string
-	if !coversSchedule(sc.Subjects) {
-		errs = append(errs, fmt.Sprintf("its subjects %q do not capture %s>, so schedules published there are not kept", sc.Subjects, SchedulePrefix))
+	if !b.cfg.subj.coversSchedule(sc.Subjects) {
+		errs = append(errs, fmt.Sprintf("its subjects %q do not capture %s>, so schedules published there are not kept", sc.Subjects, b.cfg.subj.schedule))
 	}
 	if sc.MaxAge > 0 {
 		errs = append(errs, fmt.Sprintf("max age %v would expire schedules that no bridge has stored yet", sc.MaxAge))
@@ -131,7 +131,7 @@ func (b *Bridge) checkConsumer(cc jetstream.ConsumerConfig) error {
 	if cc.FilterSubject != "" {
 		filters = append(filters, cc.FilterSubject)
 	}
-	if len(filters) > 0 && !coversSchedule(filters) {
+	if len(filters) > 0 && !b.cfg.subj.coversSchedule(filters) {
 		b.log.Warn("intake consumer filters out some schedule subjects; those messages are never stored",
 			"consumer", b.cfg.Consumer, "filters", filters)
 	}
@@ -155,11 +155,11 @@ func (b *Bridge) checkConsumer(cc jetstream.ConsumerConfig) error {
 	return nil
 }
 
-// coversSchedule reports whether the subject filters capture every subject under ax.schedule.>.
-func coversSchedule(subjects []string) bool {
-	want := strings.Split(SchedulePrefix+">", ".")
-	for _, s := range subjects {
-		toks := strings.Split(s, ".")
+// coversSchedule reports whether the subject filters capture every subject under <prefix>.schedule.>.
+func (s subjects) coversSchedule(filters []string) bool {
+	want := strings.Split(s.schedule+">", ".")
+	for _, f := range filters {
+		toks := strings.Split(f, ".")
 		for i, tok := range toks {
 			if tok == ">" {
 				return true
@@ -230,8 +230,8 @@ func (b *Bridge) created(msg jetstream.Msg, md *jetstream.MsgMetadata, m schedul
 		b.intakeOutage.failed(b, err)
 		if int64(md.NumDelivered) >= b.maxDeliver.Load() {
 			b.rejectMsg(m, reject(CodeStoreUnavailable,
-				"the task store failed on all %d deliveries of this message (last: %v); the task was not stored, or its write timed out (look it up with ax.api.task.get)",
-				md.NumDelivered, err))
+				"the task store failed on all %d deliveries of this message (last: %v); the task was not stored, or its write timed out (look it up with %s.get)",
+				md.NumDelivered, err, b.cfg.subj.api))
 			_ = msg.Term()
 			return
 		}
@@ -311,8 +311,8 @@ func (o *storeOutage) ok(b *Bridge) {
 // rejectMsg reports a refused schedule message on ax.rejected.<bizType> and counts it.
 // The payload is neither echoed nor logged.
 func (b *Bridge) rejectMsg(m scheduleMsg, rej *rejection) {
-	biz := bizTypeOf(m.subject)
-	out := nats.NewMsg(RejectedPrefix + biz)
+	biz := b.cfg.subj.bizTypeOf(m.subject)
+	out := nats.NewMsg(b.cfg.subj.rejected + biz)
 	out.Header.Set(HeaderErrorCode, rej.code)
 	out.Header.Set(HeaderError, rej.reason)
 	out.Header.Set(HeaderSubject, m.subject)
@@ -327,8 +327,8 @@ func (b *Bridge) rejectMsg(m scheduleMsg, rej *rejection) {
 }
 
 func (b *Bridge) duplicate(m scheduleMsg, id string, status kvstore.Status) {
-	biz := bizTypeOf(m.subject)
-	out := nats.NewMsg(DuplicatePrefix + biz)
+	biz := b.cfg.subj.bizTypeOf(m.subject)
+	out := nats.NewMsg(b.cfg.subj.duplicate + biz)
 	out.Header.Set(HeaderTaskID, id)
 	out.Header.Set(HeaderSubject, m.subject)
 	out.Header.Set(HeaderStatus, string(status))
@@ -340,18 +340,18 @@ func (b *Bridge) duplicate(m scheduleMsg, id string, status kvstore.Status) {
 }
 
 // bizTypeOf is the bizType token for events about a schedule subject, or InvalidBizType.
-func bizTypeOf(subject string) string {
-	if biz, ok := cutSchedule(subject); ok {
+func (s subjects) bizTypeOf(subject string) string {
+	if biz, ok := s.cutSchedule(subject); ok {
 		return biz
 	}
 	return InvalidBizType
 }
 
-func cutSchedule(subject string) (string, bool) {
-	if len(subject) <= len(SchedulePrefix) || subject[:len(SchedulePrefix)] != SchedulePrefix {
+func (s subjects) cutSchedule(subject string) (string, bool) {
+	biz, ok := strings.CutPrefix(subject, s.schedule)
+	if !ok {
 		return "", false
 	}
-	biz := subject[len(SchedulePrefix):]
 	return biz, validBizType(biz)
 }
 

@@ -458,7 +458,7 @@ func (s *memberState) moveAckSubs(parts []bool, now time.Time) {
 		case own && s.subs[p] != nil:
 			delete(s.grace, p)
 		case own:
-			sub, err := b.nc.Subscribe(ackFilter(p), b.onAck)
+			sub, err := b.nc.Subscribe(b.cfg.subj.ackFilter(p), b.onAck)
 			if err != nil {
 				b.log.Error("subscribe to acks of a partition", "partition", p, "err", err)
 				continue

@@ -73,10 +73,10 @@ type scheduleMsg struct {
 // recordLimit is the largest encoded record the server takes (0: not checked); a task whose record
 // would be larger is refused with PAYLOAD_TOO_LARGE, as is one over c.MaxPayload.
 func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *rejection) {
-	biz, ok := cutSchedule(m.subject)
+	biz, ok := c.subj.cutSchedule(m.subject)
 	if !ok {
 		return kvstore.Task{}, reject(CodeBadBizType,
-			"subject %q: the bizType must be one token of 1-64 characters from [A-Za-z0-9_-] after %q", m.subject, SchedulePrefix)
+			"subject %q: the bizType must be one token of 1-64 characters from [A-Za-z0-9_-] after %q", m.subject, c.subj.schedule)
 	}
 	id := m.header.Get(HeaderTaskID)
 	if _, given := m.header[HeaderTaskID]; given {

@@ -1,19 +1,26 @@
 package bridge
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
 
 // Subjects and headers of the wire protocol. subjects.md is the normative spec; subjects_test.go
 // checks that every constant here appears there.
+//
+// The subject constants are those of the default prefix, DefaultPrefix. A bridge uses the ones of
+// its Config.Prefix (subjectsOf), so that deployments with different prefixes share an account.
 const (
-	SchedulePrefix  = "ax.schedule."
-	FirePrefix      = "ax.fire."
-	AckPrefix       = "ax.ack."
-	RejectedPrefix  = "ax.rejected."
-	DuplicatePrefix = "ax.duplicate."
-	DeadPrefix      = "ax.dead."
+	// DefaultPrefix is the first token of every subject unless Config.Prefix says otherwise.
+	DefaultPrefix = "ax"
+
+	SchedulePrefix  = DefaultPrefix + ".schedule."
+	FirePrefix      = DefaultPrefix + ".fire."
+	AckPrefix       = DefaultPrefix + ".ack."
+	RejectedPrefix  = DefaultPrefix + ".rejected."
+	DuplicatePrefix = DefaultPrefix + ".duplicate."
+	DeadPrefix      = DefaultPrefix + ".dead."
 	// InvalidBizType is the token used on ax.rejected.* when the bizType itself is invalid.
 	InvalidBizType = "_invalid"
 
@@ -62,17 +69,50 @@ func validBizType(s string) bool {
 	return true
 }
 
+// subjects are the subjects of one deployment, each under its prefix (the ax. of the constants).
+type subjects struct {
+	prefix                                         string // one token, no dot
+	schedule, fire, ack, rejected, duplicate, dead string // each ends with a dot
+	api                                            string // the task API's group, prefix.api.task
+	service                                        string // the micro service's name and queue group, prefix + "bridge"
+}
+
+// subjectsOf are the subjects under prefix; subjectsOf(DefaultPrefix) are the constants.
+func subjectsOf(prefix string) subjects {
+	p := prefix + "."
+	return subjects{
+		prefix:    prefix,
+		schedule:  p + "schedule.",
+		fire:      p + "fire.",
+		ack:       p + "ack.",
+		rejected:  p + "rejected.",
+		duplicate: p + "duplicate.",
+		dead:      p + "dead.",
+		api:       p + "api.task",
+		service:   prefix + "bridge",
+	}
+}
+
+// CheckPrefix reports whether p can be a subject prefix (Config.Prefix): one subject token of
+// 1-64 characters from [A-Za-z0-9_-], which also makes it part of valid stream and bucket names.
+func CheckPrefix(p string) error {
+	if !validBizType(p) {
+		return fmt.Errorf("prefix %q: want one subject token of 1-64 characters from [A-Za-z0-9_-]", p)
+	}
+	return nil
+}
+
 // ackSubject is the reply subject of one fire: ax.ack.<bizType>.<partition>.<token>.<taskId>,
 // where partition is the task's partition (the replica that owns it subscribes to its acks) and
 // token the claim's fencing token (kvstore.Task.Claim). The bizType comes first so that NATS
 // permissions can scope a consumer to the acks of its own bizType. The task id may contain dots;
 // it is always the rest of the subject.
-func ackSubject(bizType string, partition int, token uint64, id string) string {
-	return AckPrefix + bizType + "." + strconv.Itoa(partition) + "." + strconv.FormatUint(token, 10) + "." + id
+func (s subjects) ackSubject(bizType string, partition int, token uint64, id string) string {
+	return s.ack + bizType + "." + strconv.Itoa(partition) + "." + strconv.FormatUint(token, 10) + "." + id
 }
 
 // ackFilter is the subject filter of the acks to fires of tasks in partition p.
-func ackFilter(p int) string { return AckPrefix + "*." + strconv.Itoa(p) + ".>" }
+func (s subjects) ackFilter(p int) string { return s.ack + "*." + strconv.Itoa(p) + ".>" }
 
 // ackAddr is what an ack subject names.
 type ackAddr struct {
@@ -83,9 +123,9 @@ type ackAddr struct {
 }
 
 // parseAckSubject is the inverse of ackSubject.
-func parseAckSubject(subj string) (ackAddr, bool) {
+func (s subjects) parseAckSubject(subj string) (ackAddr, bool) {
 	var a ackAddr
-	rest, ok := strings.CutPrefix(subj, AckPrefix)
+	rest, ok := strings.CutPrefix(subj, s.ack)
 	if !ok {
 		return a, false
 	}

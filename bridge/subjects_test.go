@@ -34,6 +34,8 @@ func TestSubjectsMatchSpec(t *testing.T) {
 // id (which may contain dots).
 func TestAckSubject(t *testing.T) {
 	t.Parallel()
+	ax := subjectsOf(DefaultPrefix)
+	ackSubject, parseAckSubject, ackFilter := ax.ackSubject, ax.parseAckSubject, ax.ackFilter
 	if got := ackSubject("orders", 7, 77, "order.42"); got != "ax.ack.orders.7.77.order.42" {
 		t.Errorf("ackSubject = %q", got)
 	}
@@ -55,6 +57,75 @@ func TestAckSubject(t *testing.T) {
 	} {
 		if a, ok := parseAckSubject(bad); ok {
 			t.Errorf("parseAckSubject(%q) accepted: %+v", bad, a)
+		}
+	}
+}
+
+// The subjects of the default prefix are the constants; those of another prefix are the same with
+// that prefix, and neither prefix's parsers accept the other's subjects.
+func TestSubjectsOfPrefix(t *testing.T) {
+	t.Parallel()
+	ax := subjectsOf(DefaultPrefix)
+	for got, want := range map[string]string{
+		ax.schedule: SchedulePrefix, ax.fire: FirePrefix, ax.ack: AckPrefix, ax.rejected: RejectedPrefix,
+		ax.duplicate: DuplicatePrefix, ax.dead: DeadPrefix, ax.api: APIPrefix, ax.service: "axbridge",
+	} {
+		if got != want {
+			t.Errorf("default prefix: %q, want the constant %q", got, want)
+		}
+	}
+	b2 := subjectsOf("b2")
+	for got, want := range map[string]string{
+		b2.schedule: "b2.schedule.", b2.fire: "b2.fire.", b2.ack: "b2.ack.", b2.rejected: "b2.rejected.",
+		b2.duplicate: "b2.duplicate.", b2.dead: "b2.dead.", b2.api: "b2.api.task", b2.service: "b2bridge",
+		b2.ackSubject("orders", 3, 9, "a.b"): "b2.ack.orders.3.9.a.b", b2.ackFilter(3): "b2.ack.*.3.>",
+	} {
+		if got != want {
+			t.Errorf("prefix b2: %q, want %q", got, want)
+		}
+	}
+	if a, ok := b2.parseAckSubject("b2.ack.orders.3.9.a.b"); !ok || a != (ackAddr{bizType: "orders", partition: 3, token: 9, id: "a.b"}) {
+		t.Errorf("b2 parseAckSubject = %+v %v", a, ok)
+	}
+	if a, ok := b2.parseAckSubject(ax.ackSubject("orders", 3, 9, "x")); ok {
+		t.Errorf("b2 accepted an ax ack subject: %+v", a)
+	}
+	if a, ok := ax.parseAckSubject(b2.ackSubject("orders", 3, 9, "x")); ok {
+		t.Errorf("ax accepted a b2 ack subject: %+v", a)
+	}
+	if biz, ok := b2.cutSchedule("b2.schedule.orders"); !ok || biz != "orders" {
+		t.Errorf("b2 cutSchedule(b2.schedule.orders) = %q %v", biz, ok)
+	}
+	if _, ok := b2.cutSchedule("ax.schedule.orders"); ok {
+		t.Error("b2 cutSchedule accepted ax.schedule.orders")
+	}
+	if !b2.coversSchedule([]string{"b2.>"}) || !b2.coversSchedule([]string{"b2.schedule.>"}) || b2.coversSchedule([]string{"ax.schedule.>"}) {
+		t.Error("b2 coversSchedule: wrong on b2.>, b2.schedule.> or ax.schedule.>")
+	}
+}
+
+// The prefix is one subject token, and the default stream and consumer names derive from it.
+func TestConfigPrefix(t *testing.T) {
+	t.Parallel()
+	c := Config{}.withDefaults()
+	if c.Prefix != "ax" || c.Stream != "AX_SCHEDULE" || c.Consumer != "axbridge" {
+		t.Errorf("defaults: prefix %q stream %q consumer %q", c.Prefix, c.Stream, c.Consumer)
+	}
+	c = Config{Prefix: "b2"}.withDefaults()
+	if c.Stream != "B2_SCHEDULE" || c.Consumer != "b2bridge" || c.subj.schedule != "b2.schedule." {
+		t.Errorf("prefix b2: stream %q consumer %q schedule %q", c.Stream, c.Consumer, c.subj.schedule)
+	}
+	if c := (Config{Prefix: "b2", Stream: "S", Consumer: "C"}).withDefaults(); c.Stream != "S" || c.Consumer != "C" {
+		t.Errorf("given names replaced: stream %q consumer %q", c.Stream, c.Consumer)
+	}
+	for _, p := range []string{"ax", "b2", "A-b_9", strings.Repeat("p", 64)} {
+		if err := (Config{Prefix: p}).Validate(); err != nil {
+			t.Errorf("prefix %q refused: %v", p, err)
+		}
+	}
+	for _, p := range []string{"a.b", "a b", "a*", ">", "ä", strings.Repeat("p", 65)} {
+		if err := (Config{Prefix: p}).Validate(); err == nil || !strings.Contains(err.Error(), "prefix") {
+			t.Errorf("prefix %q: err %v, want a prefix error", p, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -17,14 +19,14 @@ type options struct {
 
 	listen, dataDir string // embedded server (when natsURL is empty)
 
-	bucket, stream, consumer, replicaID string
-	replicas, partitions                int
-	partitionsSet                       bool // --partitions (or AX_PARTITIONS) was given
-	partitionLease                      time.Duration
-	maxRetry                            int
-	ackWait, retention                  time.Duration
-	pastTolerance, maxHorizon           time.Duration
-	backoff                             string
+	prefix, bucket, stream, consumer, replicaID string
+	replicas, partitions                        int
+	partitionsSet                               bool // --partitions (or AX_PARTITIONS) was given
+	partitionLease                              time.Duration
+	maxRetry                                    int
+	ackWait, retention                          time.Duration
+	pastTolerance, maxHorizon                   time.Duration
+	backoff                                     string
 
 	leaseSkew, reconcileInterval, markerTTL time.Duration
 	intakeMaxDeliver                        int
@@ -62,9 +64,10 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.tlsKey, "tlskey", "", "TLS client key file")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:4222", "embedded NATS server: client listen address")
 	fs.StringVar(&o.dataDir, "data-dir", "data", "embedded NATS server: JetStream store directory")
-	fs.StringVar(&o.bucket, "bucket", "AX_TASKS", "KV bucket for task records")
-	fs.StringVar(&o.stream, "stream", "AX_SCHEDULE", "stream that captures ax.schedule.>")
-	fs.StringVar(&o.consumer, "consumer", "axbridge", "durable consumer shared by bridge replicas")
+	fs.StringVar(&o.prefix, "prefix", bridge.DefaultPrefix, "first token of every subject (<prefix>.schedule.<bizType>, <prefix>.fire.<bizType>, ...); deployments with different prefixes share an account; 1-64 of [A-Za-z0-9_-]")
+	fs.StringVar(&o.bucket, "bucket", "", "KV bucket for task records; its members bucket is <bucket>_MEMBERS (default: the prefix in upper case + _TASKS, AX_TASKS)")
+	fs.StringVar(&o.stream, "stream", "", "stream that captures <prefix>.schedule.> (default: the prefix in upper case + _SCHEDULE, AX_SCHEDULE)")
+	fs.StringVar(&o.consumer, "consumer", "", "durable consumer shared by bridge replicas (default: the prefix + bridge, axbridge)")
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in the members bucket, task records and the Ax-Replica header of its fires, 1-64 of [A-Za-z0-9_-]; replicas need distinct ids, and a restarted one should keep its own (default: <host>-<8 hex>, kept in --data-dir/replica-id)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the bucket and stream (3 on a cluster)")
 	fs.IntVar(&o.partitions, "partitions", 60, "partitions of a new bucket, fixed once it exists (an existing bucket keeps its own unless this is given); replicas divide them, so pick a number that many replica counts divide: 60 for 1-6, 10, 12, 15, 20 or 30 replicas")
@@ -106,6 +109,12 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	fs.Visit(func(f *flag.Flag) { o.partitionsSet = o.partitionsSet || f.Name == "partitions" })
+	if err := bridge.CheckPrefix(o.prefix); err != nil {
+		return o, fmt.Errorf("--prefix: %w", err)
+	}
+	o.bucket = cmp.Or(o.bucket, strings.ToUpper(o.prefix)+"_TASKS")
+	o.stream = cmp.Or(o.stream, strings.ToUpper(o.prefix)+"_SCHEDULE")
+	o.consumer = cmp.Or(o.consumer, o.prefix+"bridge")
 	return o, nil
 }
 

@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	cfg := bridge.Config{
-		Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: replica,
+		Prefix: o.prefix, Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: replica,
 		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
 		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon,
 		LeaseSkew: o.leaseSkew, ReconcileInterval: o.reconcileInterval, IntakeMaxDeliver: o.intakeMaxDeliver,
@@ -126,8 +126,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := b.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("ready: schedule with `nats pub ax.schedule.<bizType> <payload> -H Ax-Delay:5s`, consume on ax.fire.<bizType>",
-		"bucket", o.bucket, "stream", o.stream, "replica", b.ReplicaID())
+	log.Info("ready: schedule with `nats pub "+o.prefix+".schedule.<bizType> <payload> -H Ax-Delay:5s`, consume on "+o.prefix+".fire.<bizType>",
+		"prefix", o.prefix, "bucket", o.bucket, "stream", o.stream, "consumer", o.consumer, "replica", b.ReplicaID())
 
 	<-ctx.Done()
 	log.Info("stopping", "timeout", o.stopTimeout.String())
