@@ -237,6 +237,17 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time) {
 			return
 		case <-t.C:
 		}
+		if !b.nc.IsConnected() {
+			// Heartbeats may travel on a connection of their own: they must not keep this replica
+			// the owner of partitions in which its own connection can claim, fire and take acks
+			// nothing. Without them the others take its partitions within the lease.
+			b.m.members.heartbeatErrors.Inc()
+			if !failing.Swap(true) {
+				b.log.Warn("no heartbeat while this replica's NATS connection is down; it gives up its partitions within the lease",
+					"replica", b.cfg.ReplicaID)
+			}
+			continue
+		}
 		sent := time.Now()
 		inflight.Add(1)
 		go func() {

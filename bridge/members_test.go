@@ -139,7 +139,12 @@ type replica struct {
 // start runs a bridge named id; wrap, if set, sits between it and the members bucket.
 func (e *partEnv) start(id string, wrap func(Membership) Membership) *replica {
 	e.t.Helper()
-	nc := natstest.Connect(e.t, e.srv.ClientURL())
+	return e.startOn(id, natstest.Connect(e.t, e.srv.ClientURL()), wrap)
+}
+
+// startOn is start with the bridge's connection nc.
+func (e *partEnv) startOn(id string, nc *nats.Conn, wrap func(Membership) Membership) *replica {
+	e.t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		e.t.Fatal(err)
@@ -600,4 +605,38 @@ func TestHousekeeperElection(t *testing.T) {
 			t.Errorf("%s: ax_members %v, want %v", r.b.ReplicaID(), value(t, r.b.m.members.members), want)
 		}
 	}
+}
+
+// Heartbeats on a connection of their own (as the command sends them) do not keep a replica the
+// owner of its partitions while its own connection is down: it heartbeats nothing then, and the
+// others take its partitions.
+func TestWorkConnectionDownFences(t *testing.T) {
+	t.Parallel()
+	e := newPartEnv(t, 60, time.Second)
+	// sa's connection stays away for a while once the server drops it.
+	nc := natstest.Connect(t, e.srv.ClientURL(), nats.ReconnectWait(30*time.Second))
+	mjs, err := jetstream.New(natstest.Connect(t, e.srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.startOn("sa", nc, func(Membership) Membership {
+		m, err := kvstore.OpenMembers(context.Background(), mjs, kvstore.MembersConfig{Bucket: e.store.Bucket() + "_MEMBERS"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	})
+	b := e.start("sb", nil)
+	e.stable(a, b)
+	cid, err := nc.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.NATS().DisconnectClientByID(cid); err != nil {
+		t.Fatal(err)
+	}
+	if !checkFor(10*time.Second, func() bool { return len(a.owned()) == 0 && len(b.owned()) == e.n }) {
+		t.Fatalf("with its connection down, sa owns %d partitions and sb %d", len(a.owned()), len(b.owned()))
+	}
+	nc.Close() // it would come back only after 30 s; a closed connection's bridge stops at once
 }
