@@ -74,6 +74,10 @@ func connect(o options, ns *server.Server, log *slog.Logger) (*nats.Conn, error)
 		opts = append(opts, nats.ClientCert(o.tlsCert, o.tlsKey))
 	}
 	nc, err := nats.Connect(addr, opts...)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		// url.Parse's error quotes the whole URL, password and all.
+		return nil, fmt.Errorf("connect to NATS at %s: invalid URL", redactURLs(addr))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURLs(addr), err)
 	}

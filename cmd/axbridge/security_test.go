@@ -242,6 +242,17 @@ func TestAuthFlagsPaired(t *testing.T) {
 	}
 }
 
+// A URL that does not parse is reported without its password (url.Parse's error quotes it whole).
+func TestMalformedURLHidesPassword(t *testing.T) {
+	t.Parallel()
+	var log logBuffer
+	err := run(context.Background(), bridgeArgs(t, "--nats-url", "nats://bridge:s3cret-0xfeed%zz@127.0.0.1:1"), &log)
+	if err == nil || !strings.Contains(err.Error(), "invalid URL") {
+		t.Fatalf("err %v, want an invalid URL error", err)
+	}
+	noSecrets(t, []string{err.Error(), log.String()}, "s3cret-0xfeed")
+}
+
 // -h lists the flags with their defaults, not with values taken from the environment.
 func TestHelpShowsNoSecrets(t *testing.T) {
 	t.Setenv("AX_PASSWORD", "env-password-0xdead")
