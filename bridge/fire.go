@@ -103,7 +103,12 @@ func (b *Bridge) publishFire(e kvstore.Entry) {
 			"task_id", t.ID, "partition", p, "attempt", t.Attempt, "late_ms", nowMs-t.LeaseUntil)
 		return
 	}
-	b.fired.put(e)
+	if !b.fired.putOnce(e) {
+		// A second path to the same landed claim (a read-back racing the claim's own outcome):
+		// the attempt went out already.
+		b.log.Debug("attempt already published", "task_id", t.ID, "attempt", t.Attempt)
+		return
+	}
 	h := fireHeader(t)
 	h[HeaderReplica] = []string{b.cfg.ReplicaID}
 	msg := &nats.Msg{

@@ -35,6 +35,18 @@ func (f *inflight) put(e kvstore.Entry) {
 	f.mu.Unlock()
 }
 
+// putOnce is put, unless the same attempt (revision and claim token) is held already: false then,
+// and the caller must not publish that attempt again.
+func (f *inflight) putOnce(e kvstore.Entry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old, ok := f.m[e.Task.ID]; ok && old.Revision == e.Revision && old.Task.Claim == e.Task.Claim {
+		return false
+	}
+	f.m[e.Task.ID] = e
+	return true
+}
+
 // take removes and returns the cached record of id if it runs under the claim token.
 func (f *inflight) take(id string, token uint64) (kvstore.Entry, bool) {
 	f.mu.Lock()

@@ -55,8 +55,11 @@ func (l *loopState) reown(parts []bool) {
 			l.dropNear(id)
 		}
 	}
-	for id := range l.flight {
-		if !l.ownsID(id) {
+	for id, f := range l.flight {
+		// Only queued steps, which keepJobs drops below. A step a worker holds keeps its entry
+		// until its result comes (result forgets it then): should the partition come back
+		// meanwhile, a replay of the revision the worker claims must not be claimed again.
+		if !l.ownsID(id) && f.queued {
 			delete(l.flight, id)
 		}
 	}
