@@ -28,6 +28,11 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	for _, p := range ps {
 		filters = append(filters, PartitionFilter(p))
 	}
+	if len(ps) == s.cfg.Partitions {
+		// Every partition: one filter for the whole bucket, which the server delivers from
+		// faster than a list of one filter per partition.
+		filters = []string{">"}
+	}
 	sctx, scancel := withTimeout(ctx, s.cfg.Timeout)
 	defer scancel()
 	// nats.go marks the end of the initial values when the consumer has delivered what was pending
