@@ -1,6 +1,7 @@
 package kvstore_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -65,8 +66,9 @@ func TestJetStore(t *testing.T) {
 	})
 }
 
-// TestJetStoreSingleWrites runs the suite with grouping off (BatchMax 1): every async write goes
-// out on its own, as on a server without atomic publish.
+// TestJetStoreSingleWrites runs the suite with grouping off (BatchMax 1, the default): every async
+// write goes out on its own, as on a server without atomic publish. TestJetStore and TestJetStoreR3
+// run it grouped (BatchMax 1000).
 func TestJetStoreSingleWrites(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
@@ -103,7 +105,7 @@ func jetHarness(t *testing.T, url string, replicas int, cfg harnessConfig) harne
 	t.Helper()
 	js := newJS(t, url)
 	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Replicas: replicas,
-		Retention: cfg.retention, MarkerTTL: cfg.markerTTL, BatchMax: cfg.batchMax})
+		Retention: cfg.retention, MarkerTTL: cfg.markerTTL, BatchMax: cmp.Or(cfg.batchMax, 1000)})
 	if s.Grouping() != (cfg.batchMax != 1) {
 		t.Fatalf("BatchMax %d: grouping %v", cfg.batchMax, s.Grouping())
 	}

@@ -32,7 +32,7 @@ type harness struct {
 type harnessConfig struct {
 	retention time.Duration // of final records; kvstore.DefaultRetention if 0
 	markerTTL time.Duration // of delete markers; kvstore.DefaultMarkerTTL if 0
-	batchMax  int           // JetStore.Config.BatchMax; kvstore.DefaultBatchMax if 0
+	batchMax  int           // JetStore.Config.BatchMax; 1000 (grouped) if 0
 }
 
 type harnessOpt func(*harnessConfig)

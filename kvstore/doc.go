@@ -31,7 +31,7 @@
 //     SubjectDeleteMarkerTTL alone. If the server refuses it, OpenJetStore fails.
 //   - Atomic batch publish (AllowAtomicPublish, server 2.12+), for grouped writes (below): set
 //     on a new bucket's stream right after it is created, and added to an existing one, by a
-//     stream update of that field alone, unless Config.BatchMax is 1. If the server refuses it
+//     stream update of that field alone, when Config.BatchMax is above 1. If the server refuses it
 //     (or ignores it), the store logs that once and sends every write on its own.
 //
 // # Revisions and CAS

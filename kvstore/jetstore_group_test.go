@@ -17,7 +17,7 @@ import (
 // groupedConfig holds a batch open long enough (100ms) for every write a test starts in a loop to
 // join it, so what goes into one batch does not depend on the machine's speed.
 func groupedConfig() kvstore.Config {
-	return kvstore.Config{Bucket: newBucketName(), BatchDelay: 100 * time.Millisecond}
+	return kvstore.Config{Bucket: newBucketName(), BatchMax: 1000, BatchDelay: 100 * time.Millisecond}
 }
 
 // streamState is the bucket stream's message count and last sequence, from its leader.
@@ -79,7 +79,7 @@ func TestJetStoreGroupingConfig(t *testing.T) {
 		return str.CachedInfo().Config.AllowAtomicPublish
 	}
 	t.Run("NewBucket", func(t *testing.T) {
-		s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName()})
+		s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), BatchMax: 1000})
 		if !s.Grouping() || !allowsAtomic(s) {
 			t.Fatalf("grouping %v, stream allows atomic publish %v; want both", s.Grouping(), allowsAtomic(s))
 		}
@@ -95,7 +95,7 @@ func TestJetStoreGroupingConfig(t *testing.T) {
 		if str.CachedInfo().Config.AllowAtomicPublish {
 			t.Fatal("a store that does not group turned atomic publish on")
 		}
-		s := openJetStore(t, js, kvstore.Config{Bucket: bucket})
+		s := openJetStore(t, js, kvstore.Config{Bucket: bucket, BatchMax: 1000})
 		if !s.Grouping() || !allowsAtomic(s) {
 			t.Fatalf("grouping %v, stream allows atomic publish %v; want both", s.Grouping(), allowsAtomic(s))
 		}

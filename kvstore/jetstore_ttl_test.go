@@ -53,7 +53,7 @@ func TestJetStoreOpenAddsTTLs(t *testing.T) {
 		t.Fatalf("the old bucket already has TTLs: %+v", before)
 	}
 
-	cfg := kvstore.Config{Bucket: bucket, Retention: time.Second, MarkerTTL: 2 * time.Second}
+	cfg := kvstore.Config{Bucket: bucket, Retention: time.Second, MarkerTTL: 2 * time.Second, BatchMax: 1000}
 	s := openJetStore(t, js, cfg)
 	after := streamConfig(t, js, bucket)
 	if !after.AllowMsgTTL || after.SubjectDeleteMarkerTTL != cfg.MarkerTTL {
