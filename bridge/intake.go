@@ -17,8 +17,11 @@ import (
 
 // Intake consumer settings the bridge creates the consumer with. An operator may tune an
 // existing consumer; the bridge then keeps the operator's values (checkConsumer warns).
+// intakeAckWait bounds how late a schedule held by a bridge that died comes back to the others:
+// a handler takes at most a store timeout (5 s) before it acks or naks its message.
 const (
-	intakeAckWait       = 30 * time.Second
+	intakeAckWait       = 10 * time.Second
+	intakeAckWaitBefore = 30 * time.Second // what bridges before it created consumers with
 	intakeMaxAckPending = 20000
 	intakePullMax       = 2000
 )
@@ -143,7 +146,7 @@ func (b *Bridge) checkConsumer(cc jetstream.ConsumerConfig) error {
 		b.log.Warn("intake consumer has a smaller max deliver than the bridge's; the bridge refuses a message at the consumer's",
 			"consumer", b.cfg.Consumer, "max_deliver", cc.MaxDeliver, "bridge_max_deliver", b.cfg.IntakeMaxDeliver)
 	}
-	if cc.AckWait != intakeAckWait || cc.MaxAckPending != intakeMaxAckPending {
+	if cc.AckWait != intakeAckWait && cc.AckWait != intakeAckWaitBefore || cc.MaxAckPending != intakeMaxAckPending {
 		b.log.Info("intake consumer tuned by an operator; kept as it is",
 			"consumer", b.cfg.Consumer, "ack_wait", cc.AckWait.String(), "max_ack_pending", cc.MaxAckPending)
 	}
