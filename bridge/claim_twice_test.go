@@ -30,12 +30,8 @@ func (s *lateStore) record() kvstore.Entry {
 	return e
 }
 
-// wait polls until cond holds, for at most 10 s.
-func wait(cond func() bool) {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !cond(); {
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// wait polls until cond holds, for at most 10 s (a store call that waits longer just goes on).
+func wait(cond func() bool) { bridge.CheckFor(10*time.Second, cond) }
 
 func (s *lateStore) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error)) {
 	if t.ID != "a" || t.Status != kvstore.StatusRunning || t.Claim != rev {
