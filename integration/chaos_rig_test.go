@@ -120,3 +120,17 @@ func (r *chaosRig) logBridges(ids ...string) {
 		}
 	}
 }
+
+// spreadFromSoon publishes n tasks of biz due evenly over over, the first in 8 s, each with a 5 s
+// ack wait, a 200 ms backoff and 10 retries; it fails the test unless all n are accepted.
+func (r *chaosRig) spreadFromSoon(biz string, n int, over time.Duration) (first time.Time, ids map[string]bool) {
+	r.t.Helper()
+	first = time.Now().Add(8 * time.Second).Truncate(time.Millisecond)
+	r.pub.publishSpread(biz, n, first, over, "Ax-Ack-Wait", "5s", "Ax-Backoff", "200ms", "Ax-Max-Retry", "10")
+	ids = r.pub.ids()
+	r.t.Logf("published %d tasks; the first is due in %v", len(ids), time.Until(first).Truncate(time.Millisecond))
+	if len(ids) != n {
+		r.t.Fatalf("%d of %d schedules accepted", len(ids), n)
+	}
+	return first, ids
+}

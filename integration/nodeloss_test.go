@@ -22,13 +22,7 @@ func TestNATSLeaderLoss(t *testing.T) {
 	seed := chaosSeed(t)
 	r := newChaosRig(t, rigOptions{bridges: 3, seed: seed, rates: rates{ack: 100, alwaysAckFrom: 1}})
 	const n, over = 3000, 20 * time.Second
-	first := time.Now().Add(8 * time.Second).Truncate(time.Millisecond)
-	r.pub.publishSpread("loss", n, first, over, "Ax-Ack-Wait", "5s", "Ax-Backoff", "200ms", "Ax-Max-Retry", "10")
-	ids := r.pub.ids()
-	t.Logf("published %d tasks; the first is due in %v", len(ids), time.Until(first).Truncate(time.Millisecond))
-	if len(ids) != n {
-		t.Fatalf("%d of %d schedules accepted", len(ids), n)
-	}
+	first, ids := r.spreadFromSoon("loss", n, over)
 
 	stream := "KV_" + kvstore.DefaultBucket
 	<-time.After(time.Until(first.Add(over / 3))) // the kill falls a third into the window, by design

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/axbridge/axbridge/internal/natstest"
 	"github.com/axbridge/axbridge/kvstore"
 )
@@ -24,18 +22,7 @@ func TestCodecE2B1414Bucket(t *testing.T) {
 	srv := natstest.RunServer(t)
 	js := newJS(t, srv.ClientURL())
 	ctx := testContext(t)
-	bucket := newBucketName()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      bucket,
-		Description: "ax bridge delayed-task records: one key per task, p<partition>.<task id>, 16 partitions",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    1,
-		Metadata:    map[string]string{kvstore.MetaPartitions: "16"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv, bucket := e2b1414Bucket(t, js)
 	files, err := filepath.Glob(filepath.Join("testdata", "e2b1414", "*.rec"))
 	if err != nil || len(files) != 6 {
 		t.Fatalf("testdata/e2b1414: %d records, %v", len(files), err)

@@ -22,18 +22,7 @@ func TestJetStoreOpenAddsTTLs(t *testing.T) {
 	srv := natstest.RunServer(t)
 	js := newJS(t, srv.ClientURL())
 	ctx := testContext(t)
-	bucket := newBucketName()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      bucket,
-		Description: "ax bridge delayed-task records: one key per task, p<partition>.<task id>, 16 partitions",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    1,
-		Metadata:    map[string]string{kvstore.MetaPartitions: "16"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv, bucket := e2b1414Bucket(t, js)
 	old, err := kvstore.EncodeTask(newTask("old"))
 	if err != nil {
 		t.Fatal(err)
@@ -126,4 +115,23 @@ func TestJetStoreConfigValidate(t *testing.T) {
 			t.Errorf("%+v: %v, want an error saying %q", tc.cfg, err, tc.want)
 		}
 	}
+}
+
+// e2b1414Bucket creates a task bucket as e2b1414 created it: 16 partitions, history 1, no TTLs,
+// no LimitMarkerTTL, no atomic publish.
+func e2b1414Bucket(t *testing.T, js jetstream.JetStream) (jetstream.KeyValue, string) {
+	t.Helper()
+	bucket := newBucketName()
+	kv, err := js.CreateKeyValue(testContext(t), jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "ax bridge delayed-task records: one key per task, p<partition>.<task id>, 16 partitions",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    1,
+		Metadata:    map[string]string{kvstore.MetaPartitions: "16"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv, bucket
 }
