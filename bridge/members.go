@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"sync"
@@ -26,7 +27,12 @@ import (
 // that heartbeat arrived, which is later, so a replica that is cut off or paused stops claiming and
 // firing before anybody takes over its partitions. Claims and fires check ownership right before
 // they go out (and a fire again after its claim returned); CAS on every transition keeps an
-// overlap harmless.
+// overlap harmless. A fenced replica (and one whose own connection is down) deletes its key, so
+// that the others take its partitions at once instead of counting it for as long as its key
+// lives, and heartbeats again, which makes it a member again, once the delete was confirmed.
+//
+// Joining: a replica loads the member view and subscribes to the acks of the partitions it will
+// own before its first heartbeat, which is what makes the others hand them over.
 
 // Membership is what the bridge needs from the membership bucket; *kvstore.Members implements it.
 type Membership interface {
@@ -158,29 +164,34 @@ type memberState struct {
 	others  map[string]time.Time // live replicas but this one → when they expire here (monotonic)
 	loading map[string]time.Time // during a members watch's initial load: the keys seen so far
 	fence   time.Time            // this replica owns its partitions until then
-	parts   []bool
-	subs    map[int]*nats.Subscription // ack subscriptions by partition: owned, or in their grace
-	grace   map[int]time.Time          // lost partitions whose ack subscription ends then
-	fenced  bool                       // no heartbeat confirmed within the lease (logged once)
+	// Only heartbeats sent at or after renewFrom renew the fence: the last time this replica gave
+	// up its partitions at once (its connection was down) or left; an earlier heartbeat may arrive
+	// before its leave.
+	renewFrom time.Time
+	parts     []bool
+	subs      map[int]*nats.Subscription // ack subscriptions by partition: owned, or in their grace
+	grace     map[int]time.Time          // lost partitions whose ack subscription ends then
+	fenced    bool                       // no heartbeat confirmed within the lease (logged once)
 }
 
-// startMembers writes the first heartbeat, loads the live members, computes the first
-// ownership and subscribes to the acks of its partitions; the goroutines that keep all of it up
-// to date run until ctx ends.
-func (b *Bridge) startMembers(ctx, membersCtx context.Context) error {
-	sent := time.Now()
-	hctx, cancel := withDefaultTimeout(ctx)
-	err := b.members.Heartbeat(hctx, b.cfg.ReplicaID, b.cfg.PartitionLease)
-	cancel()
-	if err != nil {
-		return err
-	}
+// startMembers loads the live members, subscribes to the acks of the partitions this replica
+// will own, and only then writes its first heartbeat, which is what makes the others hand it
+// partitions: a joiner is announced once it can take their acks. Then it computes the first
+// ownership; the goroutines that keep all of it up to date run until ctx ends.
+func (b *Bridge) startMembers(ctx, membersCtx context.Context) (err error) {
 	events, err := b.members.WatchMembers(membersCtx)
 	if err != nil {
 		return err
 	}
 	s := &memberState{b: b, others: map[string]time.Time{}, loading: map[string]time.Time{},
 		subs: map[int]*nats.Subscription{}, grace: map[int]time.Time{}}
+	defer func() {
+		if err != nil {
+			for _, sub := range s.subs {
+				_ = sub.Unsubscribe()
+			}
+		}
+	}()
 	wctx, wcancel := withDefaultTimeout(ctx)
 	defer wcancel()
 	for s.loading != nil {
@@ -194,23 +205,56 @@ func (b *Bridge) startMembers(ctx, membersCtx context.Context) error {
 			return wctx.Err()
 		}
 	}
+	if err := s.prepare(wctx); err != nil {
+		return err
+	}
+	sent := time.Now()
+	hctx, cancel := withDefaultTimeout(ctx)
+	err = b.members.Heartbeat(hctx, b.cfg.ReplicaID, b.cfg.PartitionLease)
+	cancel()
+	if err != nil {
+		return err
+	}
 	s.fence = sent.Add(b.cfg.PartitionLease - b.fenceMargin())
 	s.update()
 	b.memberState = s
 	confirmed := make(chan time.Time, 16) // heartbeats → runMembers: send times of confirmed heartbeats
+	fences := make(chan fenceReq)         // heartbeats → runMembers: give up the partitions now
 	b.membersRun.Add(3)
 	go func() {
 		defer b.membersRun.Done()
-		b.heartbeats(membersCtx, confirmed)
+		b.heartbeats(membersCtx, confirmed, fences)
 	}()
 	go func() {
 		defer b.membersRun.Done()
-		s.run(membersCtx, events, confirmed)
+		s.run(membersCtx, events, confirmed, fences)
 	}()
 	go func() {
 		defer b.membersRun.Done()
 		b.housekeeper(membersCtx)
 	}()
+	return nil
+}
+
+// prepare subscribes to the acks of the partitions this replica owns once the members it sees
+// count it too, and waits until the server has the subscriptions. The others hand it those
+// partitions when its first heartbeat arrives, and keep their own subscriptions for a lease
+// only: an ack sent after that reaches this replica.
+func (s *memberState) prepare(ctx context.Context) error {
+	b := s.b
+	live := []string{b.cfg.ReplicaID}
+	for id := range s.others {
+		live = append(live, id)
+	}
+	slices.Sort(live)
+	parts := make([]bool, b.nparts)
+	for p, m := range assign(live, b.nparts) {
+		parts[p] = m == b.cfg.ReplicaID
+	}
+	s.moveAckSubs(parts, time.Now())
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("subscribe to acks: %w", err)
+	}
 	return nil
 }
 
@@ -220,38 +264,125 @@ func (e membersError) Error() string { return string(e) }
 
 const errMembersWatchEnded = membersError("bridge: the members watch ended")
 
+// fenceReq asks the membership goroutine to end this replica's ownership at once (at): it does,
+// and from then on renews it only by heartbeats sent at or after at. done is closed once the
+// snapshot that says so is published.
+type fenceReq struct {
+	at   time.Time
+	done chan struct{}
+}
+
 // heartbeats writes this replica's key every PartitionLease/4 and reports the send time of each
 // one the server confirmed. They do not wait for one another, so that one slow answer does not
 // hold the next heartbeat back, and each may take until the ownership it would renew ends
 // (lease − margin after its sending): a confirmation that comes later renews nothing.
-func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time) {
+//
+// A replica that does not own its partitions (fenced: no heartbeat confirmed in time, or its own
+// connection is down) leaves instead: it deletes its key, so that the others stop counting it and
+// take its partitions at once, rather than when its key expires (or never, while heartbeats that
+// are not confirmed in time still arrive). Once a leave is confirmed it heartbeats again, which
+// makes it a member again (a join); a join whose heartbeat is not confirmed leaves again, and waits
+// twice as many ticks before the next, up to two leases. While a leave or a join is in flight,
+// a fenced replica writes nothing else.
+func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fences chan<- fenceReq) {
 	lease := b.cfg.PartitionLease
 	t := time.NewTicker(lease / 4)
 	defer t.Stop()
+	// A disconnection is acted on at once rather than at the next tick.
+	status := b.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer b.nc.RemoveStatusListener(status)
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	var failing atomic.Bool
+	var (
+		left, leaving atomic.Bool // a leave confirmed since the last heartbeat; a leave in flight
+		joining       atomic.Bool // the heartbeat of a join while fenced is in flight
+		rejoinWait    int         // ticks to wait before the next join while fenced
+		rejoinPause   = 1         // the pause after the next join that fails
+	)
+	fence := func(at time.Time) bool {
+		r := fenceReq{at: at, done: make(chan struct{})}
+		select {
+		case fences <- r:
+		case <-ctx.Done():
+			return false
+		}
+		select {
+		case <-r.done:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	leave := func() {
+		if leaving.Load() || left.Load() || !fence(time.Now()) {
+			return
+		}
+		leaving.Store(true)
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			defer leaving.Store(false)
+			lctx, cancel := context.WithTimeout(ctx, lease-b.fenceMargin())
+			err := b.members.Leave(lctx, b.cfg.ReplicaID)
+			cancel()
+			if err == nil {
+				left.Store(true)
+				b.m.members.fencedLeaves.Inc()
+				b.log.Info("left the replicas while fenced: the others take this replica's partitions now", "replica", b.cfg.ReplicaID)
+			} else if ctx.Err() == nil {
+				b.log.Debug("leave while fenced", "replica", b.cfg.ReplicaID, "err", err)
+			}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-status:
 		}
 		if !b.nc.IsConnected() {
 			// Heartbeats may travel on a connection of their own: they must not keep this replica
 			// the owner of partitions in which its own connection can claim, fire and take acks
-			// nothing. Without them the others take its partitions within the lease.
+			// nothing. It gives them up now and leaves.
 			b.m.members.heartbeatErrors.Inc()
 			if !failing.Swap(true) {
-				b.log.Warn("no heartbeat while this replica's NATS connection is down; it gives up its partitions within the lease",
+				b.log.Warn("no heartbeat while this replica's NATS connection is down; it gives up its partitions and leaves",
 					"replica", b.cfg.ReplicaID)
 			}
+			leave()
 			continue
 		}
+		join := false
+		if !b.alive() {
+			switch {
+			case leaving.Load(), joining.Load():
+				continue
+			case !left.Load():
+				leave()
+				continue
+			case rejoinWait > 0:
+				rejoinWait--
+				continue
+			}
+			join = true
+			rejoinWait, rejoinPause = rejoinPause, min(2*rejoinPause, 8)
+		} else {
+			rejoinWait, rejoinPause = 0, 1
+		}
+		if join {
+			b.log.Info("joining the replicas again", "replica", b.cfg.ReplicaID)
+		}
+		left.Store(false)
+		joining.Store(join)
 		sent := time.Now()
 		inflight.Add(1)
 		go func() {
 			defer inflight.Done()
+			if join {
+				defer joining.Store(false)
+			}
 			hctx, cancel := context.WithTimeout(ctx, lease-b.fenceMargin())
 			err := b.members.Heartbeat(hctx, b.cfg.ReplicaID, lease)
 			cancel()
@@ -277,7 +408,7 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time) {
 }
 
 // run keeps the member view, the ownership and the ack subscriptions up to date until ctx ends.
-func (s *memberState) run(ctx context.Context, events <-chan kvstore.MemberEvent, confirmed <-chan time.Time) {
+func (s *memberState) run(ctx context.Context, events <-chan kvstore.MemberEvent, confirmed <-chan time.Time, fences <-chan fenceReq) {
 	b := s.b
 	rewatched := make(chan (<-chan kvstore.MemberEvent), 1) // re-watch goroutine → run
 	rewatching := make(chan struct{})
@@ -285,6 +416,7 @@ func (s *memberState) run(ctx context.Context, events <-chan kvstore.MemberEvent
 	defer func() { <-rewatching }()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var done chan struct{} // of a fence request, closed once update has published it
 	for {
 		select {
 		case <-ctx.Done():
@@ -304,12 +436,19 @@ func (s *memberState) run(ctx context.Context, events <-chan kvstore.MemberEvent
 		case ch := <-rewatched:
 			events, s.loading = ch, map[string]time.Time{}
 		case sent := <-confirmed:
-			if f := sent.Add(b.cfg.PartitionLease - b.fenceMargin()); f.After(s.fence) {
+			if f := sent.Add(b.cfg.PartitionLease - b.fenceMargin()); f.After(s.fence) && !sent.Before(s.renewFrom) {
 				s.fence = f
 			}
+		case r := <-fences:
+			s.fence, s.renewFrom = minTime(s.fence, r.at), r.at
+			done = r.done
 		case <-timer.C:
 		}
 		next := s.update()
+		if done != nil {
+			close(done)
+			done = nil
+		}
 		timer.Reset(max(time.Until(next), time.Millisecond))
 	}
 }
@@ -446,6 +585,13 @@ func (s *memberState) graceEnds(now, next time.Time) time.Time {
 		}
 	}
 	return next
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func owned(parts []bool) int {

@@ -11,6 +11,7 @@ type memberMetrics struct {
 	heartbeatErrors prometheus.Counter
 	claimConflicts  prometheus.Counter
 	fencedFires     prometheus.Counter
+	fencedLeaves    prometheus.Counter
 	members         prometheus.GaugeFunc
 }
 
@@ -26,6 +27,8 @@ func newMemberMetrics(b *Bridge, reg prometheus.Registerer) *memberMetrics {
 			Help: "Claims that lost their CAS to another writer (another replica during a partition move, or an API call); about 0 in steady state."}),
 		fencedFires: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "fires_fenced_total",
 			Help: "Claims whose fire was not sent because the attempt's lease had ended by then (a paused replica, a very slow claim)."}),
+		fencedLeaves: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "fenced_leaves_total",
+			Help: "Times this replica left the members (deleted its key) because it did not own its partitions: no heartbeat confirmed in time, or its NATS connection down."}),
 		members: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ax", Name: "members",
 			Help: "Live replicas as the housekeeper sees them; 0 on every other replica, so sum() is the count."},
 			func() float64 {
@@ -36,7 +39,7 @@ func newMemberMetrics(b *Bridge, reg prometheus.Registerer) *memberMetrics {
 			}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.owned, m.housekeeper, m.heartbeatErrors, m.claimConflicts, m.fencedFires, m.members)
+		reg.MustRegister(m.owned, m.housekeeper, m.heartbeatErrors, m.claimConflicts, m.fencedFires, m.fencedLeaves, m.members)
 	}
 	return m
 }
