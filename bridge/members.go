@@ -171,6 +171,7 @@ type memberState struct {
 	parts     []bool
 	subs      map[int]*nats.Subscription // ack subscriptions by partition: owned, or in their grace
 	grace     map[int]time.Time          // lost partitions whose ack subscription ends then
+	sweepAt   time.Time                  // when sweepFired runs next
 	fenced    bool                       // no heartbeat confirmed within the lease (logged once)
 }
 
@@ -541,7 +542,7 @@ func (s *memberState) update() time.Time {
 		}
 		b.own.Store(&ownership{parts: s.parts, n: owned(s.parts), until: s.fence})
 		b.m.members.owned.Set(0)
-		return next
+		return s.sweepFired(now, next)
 	}
 	wake := false
 	if s.fenced {
@@ -567,7 +568,32 @@ func (s *memberState) update() time.Time {
 		default:
 		}
 	}
-	return next
+	return s.sweepFired(now, next)
+}
+
+// sweepFired forgets, once a lease, the fired attempts (b.fired) of partitions this replica
+// neither owns nor takes acks of any more, and returns next, or the next sweep if sooner. The
+// loop forgets those of a partition it loses, but a claim that completes after that still caches
+// its attempt once fired, and neither an ack nor a watch event of that partition reaches this
+// replica any more to remove it. Forgetting costs nothing but a read should an ack come after
+// all. A sweep reads the whole cache (the attempts in flight) under its lock.
+func (s *memberState) sweepFired(now, next time.Time) time.Time {
+	b := s.b
+	if now.Before(s.sweepAt) {
+		return minTime(next, s.sweepAt)
+	}
+	s.sweepAt = now.Add(b.cfg.PartitionLease)
+	gone := make([]bool, b.nparts)
+	some := false
+	for p := range gone {
+		if (p >= len(s.parts) || !s.parts[p]) && s.subs[p] == nil {
+			gone[p], some = true, true
+		}
+	}
+	if some {
+		b.fired.dropIf(func(id string) bool { return gone[kvstore.Partition(id, b.nparts)] })
+	}
+	return minTime(next, s.sweepAt)
 }
 
 // graceEnds ends the ack subscriptions whose grace is over and returns next, or the end of the

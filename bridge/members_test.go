@@ -145,6 +145,12 @@ func (e *partEnv) start(id string, wrap func(Membership) Membership) *replica {
 // startOn is start with the bridge's connection nc.
 func (e *partEnv) startOn(id string, nc *nats.Conn, wrap func(Membership) Membership) *replica {
 	e.t.Helper()
+	return e.startWith(id, nc, wrap, nil)
+}
+
+// startWith is startOn; wrapStore, if set, sits between the bridge and its task store.
+func (e *partEnv) startWith(id string, nc *nats.Conn, wrap func(Membership) Membership, wrapStore func(*kvstore.JetStore) Store) *replica {
+	e.t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		e.t.Fatal(err)
@@ -162,7 +168,11 @@ func (e *partEnv) startOn(id string, nc *nats.Conn, wrap func(Membership) Member
 		}
 		cfg.Members = wrap(m)
 	}
-	b, err := New(nc, store, cfg)
+	var st Store = store
+	if wrapStore != nil {
+		st = wrapStore(store)
+	}
+	b, err := New(nc, st, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
