@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,18 @@ func checkAuth(o options) error {
 	return nil
 }
 
+// Client pings: a connection whose server stops answering (a network partition that leaves the
+// TCP connection open, a hung server) counts as down once pingsOut pings in a row went
+// unanswered, 2 to 3 ping intervals after the last answer: 20 to 30 s, rather than the 4 to 6
+// minutes of nats.go's defaults (2 min). Until then /readyz says ready (the replica stops
+// claiming sooner: its heartbeats go unconfirmed within the partition lease); once the
+// connection is down, /readyz says not ready, the replica gives up its partitions at once and
+// the client reconnects.
+const (
+	pingInterval = 10 * time.Second
+	pingsOut     = 2
+)
+
 // connect opens the bridge's connection: to the embedded server ns if there is one, else to
 // --nats-url, with the authentication and TLS the flags give. Nothing it logs or returns carries
 // a secret: URLs are written with their password redacted, and no option value is logged.
@@ -32,6 +45,8 @@ func connect(o options, ns *server.Server, log *slog.Logger) (*nats.Conn, error)
 	opts := []nats.Option{
 		nats.Name("axbridge"),
 		nats.MaxReconnects(-1),
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(pingsOut),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("NATS disconnected", "err", err)
