@@ -87,9 +87,11 @@ func TestFencedReplicaLeaves(t *testing.T) {
 	b := e.start("fb", nil)
 	e.stable(a, b)
 	lc.lose.Store(true)
+	lost := time.Now()
 	if !checkFor(10*time.Second, func() bool { return len(a.owned()) == 0 && len(b.owned()) == e.n }) {
 		t.Fatalf("with its heartbeats unconfirmed, fa owns %d partitions and fb %d", len(a.owned()), len(b.owned()))
 	}
+	t.Logf("lease 1s: fb owns every partition %v after fa's confirmations began to be lost", time.Since(lost).Round(time.Millisecond))
 	ids := e.idsIn("lost", 60, func(int) bool { return true })
 	e.create(ids, time.Now().UnixMilli())
 	e.settled(ids, 15*time.Second)
