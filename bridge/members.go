@@ -537,7 +537,7 @@ func (s *memberState) update() time.Time {
 		// at once if nothing moved meanwhile (and its watch has brought whatever others did).
 		if !s.fenced {
 			s.fenced = true
-			b.log.Warn("no heartbeat confirmed within the lease: this replica claims and fires nothing until one is",
+			b.log.Warn("no heartbeat confirmed within the lease, or the connection is down: this replica claims and fires nothing until a heartbeat is confirmed",
 				"replica", b.cfg.ReplicaID)
 		}
 		b.own.Store(&ownership{parts: s.parts, n: owned(s.parts), until: s.fence})
