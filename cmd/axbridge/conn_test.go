@@ -145,7 +145,7 @@ func TestReadyzWhenServerStopsAnswering(t *testing.T) {
 
 	proxy.setPaused(true)
 	paused := time.Now()
-	bound := (pingsOut+1)*pingInterval + 5*time.Second
+	bound := (pingsOut+1)*pingInterval + 10*time.Second
 	var code int
 	var body string
 	if !poll(bound, func() bool {
