@@ -27,9 +27,10 @@ import (
 // that heartbeat arrived, which is later, so a replica that is cut off or paused stops claiming and
 // firing before anybody takes over its partitions. Claims and fires check ownership right before
 // they go out (and a fire again after its claim returned); CAS on every transition keeps an
-// overlap harmless. A fenced replica (and one whose own connection is down) deletes its key, so
-// that the others take its partitions at once instead of counting it for as long as its key
-// lives, and heartbeats again, which makes it a member again, once the delete was confirmed.
+// overlap harmless. A fenced replica (and one whose own connection has been down for a quarter
+// of a lease, which fences it) deletes its key, so that the others take its partitions at once
+// instead of counting it for as long as its key lives, and heartbeats again, which makes it a
+// member again, once the delete was confirmed.
 //
 // Joining: a replica loads the member view and subscribes to the acks of the partitions it will
 // own before its first heartbeat, which is what makes the others hand them over.
@@ -279,7 +280,7 @@ type fenceReq struct {
 // (lease − margin after its sending): a confirmation that comes later renews nothing.
 //
 // A replica that does not own its partitions (fenced: no heartbeat confirmed in time, or its own
-// connection is down) leaves instead: it deletes its key, so that the others stop counting it and
+// connection down for a quarter of a lease, which fences it then) leaves instead: it deletes its key, so that the others stop counting it and
 // take its partitions at once, rather than when its key expires (or never, while heartbeats that
 // are not confirmed in time still arrive). Once a leave is confirmed it heartbeats again, which
 // makes it a member again (a join); a join whose heartbeat is not confirmed leaves again, and waits
@@ -289,9 +290,14 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 	lease := b.cfg.PartitionLease
 	t := time.NewTicker(lease / 4)
 	defer t.Stop()
-	// A disconnection is acted on at once rather than at the next tick.
+	// A disconnection that lasts downGrace is acted on then rather than at the next tick after.
 	status := b.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
 	defer b.nc.RemoveStatusListener(status)
+	downGrace := lease / 4
+	var downSince time.Time // when this replica's connection was first seen down; zero while up
+	downTimer := time.NewTimer(time.Hour)
+	downTimer.Stop()
+	defer downTimer.Stop()
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	var failing atomic.Bool
@@ -336,25 +342,44 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 			}
 		}()
 	}
+	tick := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			tick = true
 		case <-status:
+		case <-downTimer.C:
 		}
 		if !b.nc.IsConnected() {
 			// Heartbeats may travel on a connection of their own: they must not keep this replica
 			// the owner of partitions in which its own connection can claim, fire and take acks
-			// nothing. It gives them up now and leaves.
-			b.m.members.heartbeatErrors.Inc()
-			if !failing.Swap(true) {
-				b.log.Warn("no heartbeat while this replica's NATS connection is down; it gives up its partitions and leaves",
-					"replica", b.cfg.ReplicaID)
+			// nothing. Once the connection has been down for downGrace (a blip costs no move),
+			// it gives them up and leaves.
+			now := time.Now()
+			if downSince.IsZero() {
+				downSince = now
+				downTimer.Reset(downGrace)
 			}
-			leave()
+			if tick {
+				b.m.members.heartbeatErrors.Inc()
+			}
+			tick = false
+			if !failing.Swap(true) {
+				b.log.Warn("no heartbeat while this replica's NATS connection is down; it gives up its partitions and leaves if it stays down",
+					"replica", b.cfg.ReplicaID, "after", downGrace)
+			}
+			if now.Sub(downSince) >= downGrace {
+				leave()
+			}
 			continue
 		}
+		downSince = time.Time{}
+		if !tick {
+			continue // a status change that is over: heartbeats go at the ticks
+		}
+		tick = false
 		join := false
 		if !b.alive() {
 			switch {

@@ -16,11 +16,12 @@ import (
 )
 
 // A replica whose own connection is down while its heartbeat connection works gives up its
-// partitions and leaves at once: the other takes them over well before the replica's key would
-// have expired (a lease after its last heartbeat). The time its partitions stay unowned is logged.
+// partitions and leaves a quarter of a lease later: the other takes them over well before the
+// replica's key would have expired (a lease after its last heartbeat). The time its partitions
+// stay unowned is logged.
 func TestWorkConnectionDownLeaves(t *testing.T) {
 	t.Parallel()
-	const lease = 6 * time.Second
+	const lease = 8 * time.Second
 	var took []time.Duration
 	for run := range 2 {
 		e := newPartEnv(t, 60, lease)
@@ -59,6 +60,46 @@ func TestWorkConnectionDownLeaves(t *testing.T) {
 		nc.Close()
 	}
 	t.Logf("lease %v: la's partitions unowned for %v after its connection went down", lease, took)
+}
+
+// A replica whose connection drops and is back within a quarter of a lease keeps its partitions:
+// a blip does not move them.
+func TestConnectionBlipKeepsPartitions(t *testing.T) {
+	t.Parallel()
+	const lease = 8 * time.Second
+	e := newPartEnv(t, 60, lease)
+	nc := natstest.Connect(t, e.srv.ClientURL(), nats.ReconnectWait(10*time.Millisecond))
+	mjs, err := jetstream.New(natstest.Connect(t, e.srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.startOn("ba", nc, func(Membership) Membership {
+		m, err := kvstore.OpenMembers(context.Background(), mjs, kvstore.MembersConfig{Bucket: e.store.Bucket() + "_MEMBERS"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	})
+	b := e.start("bb", nil)
+	e.stable(a, b)
+	mine := len(a.owned())
+	cid, err := nc.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.NATS().DisconnectClientByID(cid); err != nil {
+		t.Fatal(err)
+	}
+	if !checkFor(lease/8, func() bool { return nc.Stats().Reconnects > 0 && nc.IsConnected() }) {
+		t.Fatal("the connection did not come back within an eighth of the lease")
+	}
+	time.Sleep(lease / 2) // past the quarter lease after which a replica still cut off leaves
+	if v := value(t, a.b.m.members.fencedLeaves); v != 0 {
+		t.Errorf("ax_fenced_leaves_total %v after a blip, want 0", v)
+	}
+	if n := len(a.owned()); n != mine {
+		t.Errorf("ba owns %d partitions after a blip, %d before", n, mine)
+	}
 }
 
 // lostConfirms writes this replica's heartbeats but, while lose is set, reports each as failed:

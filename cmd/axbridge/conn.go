@@ -31,8 +31,8 @@ func checkAuth(o options) error {
 // unanswered, 2 to 3 ping intervals after the last answer: 20 to 30 s, rather than the 4 to 6
 // minutes of nats.go's defaults (2 min). Until then /readyz says ready (the replica stops
 // claiming sooner: its heartbeats go unconfirmed within the partition lease); once the
-// connection is down, /readyz says not ready, the replica gives up its partitions at once and
-// the client reconnects.
+// connection is down, /readyz says not ready, the replica gives up its partitions a quarter of a
+// partition lease later unless it is back, and the client reconnects.
 const (
 	pingInterval = 10 * time.Second
 	pingsOut     = 2
