@@ -41,7 +41,7 @@ func (b *Bridge) purgeIntakeLoop(ctx context.Context) {
 		if !b.house.Load() {
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, intakePurgeEvery)
+		pctx, cancel := withDefaultTimeout(ctx)
 		p, err := b.purgeIntake(pctx)
 		cancel()
 		switch {
