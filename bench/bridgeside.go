@@ -19,8 +19,9 @@ import (
 // The bridge side: one bridge in this process, as cmd/axbridge runs it, on its own connection;
 // the client (publisher and consumer) on another.
 const (
-	bridgeStream = "AX_SCHEDULE"
-	bridgeBucket = "AX_TASKS"
+	bridgeStream   = "AX_SCHEDULE"
+	bridgeConsumer = "axbridge"
+	bridgeBucket   = "AX_TASKS"
 )
 
 // bridgeSide is the client's connection and one running bridge.
@@ -225,28 +226,32 @@ func waitReady(ctx context.Context, b *bridge.Bridge, within time.Duration) erro
 	}
 }
 
-// intakeLeft is how many schedule messages the intake stream still holds (-1 on error).
+// intakeLeft is how many schedule messages the intake consumer has not settled yet: not yet
+// delivered (pending) or delivered and not acked (ack pending); -1 on error.
 func (s *bridgeSide) intakeLeft(ctx context.Context) int64 {
-	st, err := s.js.Stream(ctx, bridgeStream)
+	cons, err := s.js.Consumer(ctx, bridgeStream, bridgeConsumer)
 	if err != nil {
 		return -1
 	}
-	info, err := st.Info(ctx)
+	info, err := cons.Info(ctx)
 	if err != nil {
 		return -1
 	}
-	return int64(info.State.Msgs)
+	return int64(info.NumPending) + int64(info.NumAckPending)
 }
 
-// waitStored waits until the intake stream is empty: the bridge acks a schedule message only
-// once its record is durable, so every message is then a stored task (or was refused).
+// waitStored waits until the intake consumer has no pending and no ack-pending message: the
+// bridge acks a schedule message only once its record is durable, so every message is then a
+// stored task (or was refused). The stream itself is purged later (limits retention).
 func (r *runner) waitStored(ctx context.Context, s *bridgeSide, within time.Duration) error {
 	var left atomic.Int64
 	return r.waitFor(ctx, "records stored", within, func() bool {
 		n := s.intakeLeft(ctx)
 		left.Store(n)
 		return n == 0
-	}, func() string { return fmt.Sprintf("%d schedule messages left in the intake stream", left.Load()) })
+	}, func() string {
+		return fmt.Sprintf("%d schedule messages not yet acked by the intake consumer", left.Load())
+	})
 }
 
 // schedule is the schedule message of task <biz>-<i>; set adds the timing headers.

@@ -7,7 +7,8 @@
 //   - Intake: a JetStream consumer shared by all replicas. Each message is validated
 //     (parseSchedule, a pure function); a bad one is reported on ax.rejected.<bizType> and
 //     dropped; a good one is created in the store with a pipelined write, and the message is acked
-//     only once the record is durable.
+//     only once the record is durable. The stream has limits retention (an ack is not a write):
+//     the housekeeper purges it below the consumer's ack floor (intake_purge.go).
 //   - The scheduling loop (loop.go) is the only owner of the index of live tasks (slots.go: one
 //     entry per WAITING or RUNNING task, for its next step: fire, pre-read or lease end, keyed by
 //     UTC Unix ms and compared with a fresh reading of the clock, so a clock step neither delays
@@ -24,7 +25,8 @@
 //   - Replicas (members.go): each heartbeats in the members bucket, computes from the live set
 //     which partitions it owns, and watches, claims, fires and takes acks only in those; one that
 //     stops heartbeating loses them within a lease and stops claiming itself before that. One
-//     replica is elected housekeeper (housekeeper.go).
+//     replica is elected housekeeper (housekeeper.go): it reports the member count and purges the
+//     intake stream.
 //
 // Every state change is a compare-and-swap on the record's revision, so several bridges on one
 // bucket never fire an attempt twice; a task fires again only after its attempt failed.

@@ -16,11 +16,18 @@ const housekeeperKey = "housekeeper"
 // it; its TTL of a lease removes it once the holder stops), and the housekeeper renews it by CAS on
 // its revision. Like ownership, the post holds only until a lease minus the margin after the last
 // confirmed write, so two replicas never both count themselves housekeeper for longer than a
-// write's flight. What the housekeeper does today: it reports ax_members (the live replicas it
-// sees; the others report 0, so that sum() over replicas is the member count). Retention needs no
+// write's flight. What the housekeeper does: it reports ax_members (the live replicas it sees; the
+// others report 0, so that sum() over replicas is the member count), and it purges the intake
+// stream below the intake consumer's ack floor (intake_purge.go). The records' retention needs no
 // replica (the server removes finished records by their TTL), and the reconciler repairs each
 // replica's own partitions.
 func (b *Bridge) housekeeper(ctx context.Context) {
+	purging := make(chan struct{})
+	go func() {
+		defer close(purging)
+		b.purgeIntakeLoop(ctx)
+	}()
+	defer func() { <-purging }()
 	every := b.cfg.PartitionLease / 3
 	ttl := b.cfg.PartitionLease
 	var rev uint64

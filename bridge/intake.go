@@ -41,8 +41,10 @@ const opCreate = "create"
 const recordReserve = 4 << 10
 
 // ensureIntake makes sure the stream that captures ax.schedule.> and the shared durable consumer
-// exist, so that a plain publish is durable even while no bridge runs. An existing stream that
-// could drop accepted schedules is refused; an existing consumer is used as the operator left it.
+// exist, so that a plain publish is durable even while no bridge runs. A new stream has limits
+// retention: an ack is not a removal (no write of its own), and the housekeeper purges what the
+// consumer has acked (intake_purge.go). An existing stream that could drop accepted schedules is
+// refused; an existing consumer is used as the operator left it.
 func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
@@ -53,9 +55,10 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 			Name:        b.cfg.Stream,
 			Description: "ax bridge intake: schedule messages wait here until a bridge has stored them as tasks",
 			Subjects:    []string{b.cfg.subj.schedule + ">"},
-			Retention:   jetstream.WorkQueuePolicy,
+			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    b.cfg.StreamReplicas,
+			MaxMsgs:     intakeMaxMsgs,
 			Discard:     jetstream.DiscardNew,
 		})
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -100,7 +103,8 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 const intakeDeliverSpare = 2
 
 // checkStream refuses an existing intake stream that could lose schedule messages before a bridge
-// has stored them, and warns about settings that cost space without losing anything.
+// has stored them. Its retention is the housekeeper's concern (intake_purge.go): a work-queue
+// stream works as it is, and the housekeeper says once what it costs.
 func (b *Bridge) checkStream(sc jetstream.StreamConfig) error {
 	var errs []string
 	if !b.cfg.subj.coversSchedule(sc.Subjects) {
@@ -115,10 +119,6 @@ func (b *Bridge) checkStream(sc jetstream.StreamConfig) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("bridge: stream %s could drop accepted schedules: %s (fix it with `nats stream edit %s`, or name another --stream)",
 			b.cfg.Stream, strings.Join(errs, "; "), b.cfg.Stream)
-	}
-	if sc.Retention != jetstream.WorkQueuePolicy {
-		b.log.Warn("intake stream keeps messages after they are stored; work-queue retention removes them",
-			"stream", b.cfg.Stream, "retention", sc.Retention.String())
 	}
 	return nil
 }

@@ -115,8 +115,9 @@ func (b *Bridge) consumerGone(ctx context.Context, cons jetstream.Consumer) bool
 
 // maxDeliveriesAdvisory is the server's advisory for a message that used up the intake consumer's
 // MaxDeliver without being settled: the bridge settles every message on its last delivery, so it
-// means a bridge stopped or crashed during that delivery, and the message now waits in the stream
-// with no consumer to deliver it again.
+// means a bridge stopped or crashed during that delivery, and no consumer delivers the message
+// again: a work-queue stream keeps it, a limits stream loses it with the next purge (it lies below
+// the ack floor).
 const maxDeliveriesAdvisory = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
 
 // watchMaxDeliveries logs and counts max-deliveries advisories of the intake consumer.
@@ -128,7 +129,7 @@ func (b *Bridge) watchMaxDeliveries() (*nats.Subscription, error) {
 		}
 		_ = json.Unmarshal(m.Data, &adv)
 		b.m.intake.maxDeliveries.Inc()
-		b.log.Warn("intake message used up its deliveries without being settled; it stays in the stream, undelivered",
+		b.log.Warn("intake message used up its deliveries without being settled; it is not delivered again, and a purge of the intake stream removes it",
 			"stream", b.cfg.Stream, "stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries)
 	})
 }

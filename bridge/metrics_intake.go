@@ -8,6 +8,8 @@ type intakeMetrics struct {
 	restarts     prometheus.Counter // intake consumer set up again after consuming ended
 	// maxDeliveries counts the server's advisories of messages that used up MaxDeliver unsettled.
 	maxDeliveries prometheus.Counter
+	purged        prometheus.Counter // intake messages removed by the housekeeper's purges
+	purgeErrors   prometheus.Counter // purge rounds that failed
 }
 
 func newIntakeMetrics(reg prometheus.Registerer) *intakeMetrics {
@@ -18,9 +20,13 @@ func newIntakeMetrics(reg prometheus.Registerer) *intakeMetrics {
 			Help: "Times the intake consumer was set up again after consuming ended (consumer or stream deleted)."}),
 		maxDeliveries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "intake_max_deliveries_total",
 			Help: "Schedule messages that used up the intake consumer's max deliver without being settled (a bridge stopped during the last one); they wait in the stream."}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "intake_purged_total",
+			Help: "Schedule messages the housekeeper purged from the intake stream once the intake consumer had acked them (limits retention)."}),
+		purgeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "intake_purge_errors_total",
+			Help: "Purge rounds of the intake stream that failed (the next round purges what they would have)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.redeliveries, m.restarts, m.maxDeliveries)
+		reg.MustRegister(m.redeliveries, m.restarts, m.maxDeliveries, m.purged, m.purgeErrors)
 	}
 	return m
 }

@@ -299,6 +299,14 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatalf("operator service info: %v %v", m, err)
 	}
 
+	// The bridge, as housekeeper, purges the intake stream of what it has acked.
+	if !checkFor(30*time.Second, func() bool {
+		s, err := adminJS.Stream(ctx, "AX_SCHEDULE")
+		return err == nil && s.CachedInfo().State.Msgs == 0
+	}) {
+		t.Fatal("the bridge did not purge the intake stream of the schedules it stored")
+	}
+
 	// Forbidden, each on a connection of its own so that the ones above stay clean.
 
 	// A producer of order publishing to another bizType.
