@@ -27,7 +27,12 @@ func LastMsgForTest(m *MemStore, id string) (present, marker bool, ttl time.Dura
 }
 
 // WatchHighWaterForTest is the most events w's queue has held.
-func WatchHighWaterForTest(w Watcher) int { return w.(*watcher).highWater() }
+func WatchHighWaterForTest(w Watcher) int {
+	if jw, ok := w.(*jetWatcher); ok {
+		return jw.highWater()
+	}
+	return w.(*watcher).highWater()
+}
 
 // SetWatchTargetHookForTest makes f run in every Watch of s between reading the leader's last
 // revision and creating the consumer.
