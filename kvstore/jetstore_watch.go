@@ -97,6 +97,7 @@ const targetRecheck = 250 * time.Millisecond
 // the leader now has last, it has every record.
 func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *jetWatcher, filters []string, all bool, target uint64) {
 	initDone, natsInitDone, open := false, false, true
+	var rd recordDecoder
 	var seen uint64 // highest revision delivered
 	var recheck *time.Ticker
 	defer func() {
@@ -119,7 +120,7 @@ func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *jetWat
 			if !open {
 				continue // stopped: keep reading until nats.go closes the channel
 			}
-			ev := jetEvent(e)
+			ev := jetEvent(&rd, e)
 			seen = max(seen, ev.Revision)
 			switch {
 			case initDone:
@@ -171,8 +172,9 @@ func (s *JetStore) watchTarget(ctx context.Context, filters []string, all bool) 
 	return target, nil
 }
 
-// jetEvent turns a nats.go watch entry into an Event; nil is the end of the initial values.
-func jetEvent(e jetstream.KeyValueEntry) Event {
+// jetEvent turns a nats.go watch entry into an Event, decoded by rd; nil is the end of the
+// initial values.
+func jetEvent(rd *recordDecoder, e jetstream.KeyValueEntry) Event {
 	if e == nil {
 		return Event{Kind: EventInitDone}
 	}
@@ -183,11 +185,18 @@ func jetEvent(e jetstream.KeyValueEntry) Event {
 			Err: fmt.Errorf("%w: key %q is not p<partition>.<task id>", ErrCorrupt, e.Key())}
 	}
 	op := e.Operation()
-	return recordEvent(id, rev, op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge, e.Value())
+	if op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+		return Event{Kind: EventDelete, ID: id, Revision: rev}
+	}
+	ent, err := rd.entry(id, rev, e.Value())
+	if err != nil {
+		return Event{Kind: EventError, ID: id, Revision: rev, Err: err}
+	}
+	return Event{Kind: EventPut, ID: id, Revision: rev, Entry: ent}
 }
 
-// recordEvent is the Event of both stores for the message of task id at rev: a delete marker, or
-// a value that decodes or not.
+// recordEvent is the MemStore's Event for the message of task id at rev (jetEvent's likewise): a
+// delete marker, or a value that decodes or not.
 func recordEvent(id string, rev uint64, deleted bool, val []byte) Event {
 	if deleted {
 		return Event{Kind: EventDelete, ID: id, Revision: rev}
