@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -77,15 +76,6 @@ func BenchmarkWatchLoad(b *testing.B) {
 	// CPU time (server and client, both in this process) tells more than the wall clock on a
 	// machine shared with other work.
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n*b.N), "cpu-ns/record")
-}
-
-// cpuTime is the user and system CPU time of this process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // fillBucket writes n WAITING records shaped as the bridge's intake writes them (bench's payload

@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 
 	"github.com/axbridge/axbridge/timingwheel"
@@ -50,13 +49,4 @@ func BenchmarkIndex(b *testing.B) {
 	b.ReportMetric(perEntry, "B/task")
 	b.ReportMetric(gcCPU/1e6, "gc-cpu-ms")
 	runtime.KeepAlive(ids)
-}
-
-// cpuTime is the user and system CPU time of this process so far, in ns.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
