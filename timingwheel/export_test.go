@@ -1,5 +1,7 @@
 package timingwheel
 
+import "unsafe"
+
 // NewCollidingForTest is New with a hash of only buckets values, so that ids share hashes and
 // their nodes chain, and with ids compacted as soon as garbage is over half of them.
 func NewCollidingForTest(queues int, buckets uint64) *Index {
@@ -14,3 +16,6 @@ func NewCollidingForTest(queues int, buckets uint64) *Index {
 	x.compactMin = 0
 	return x
 }
+
+// NodeSizeForTest is the size of one entry's node.
+const NodeSizeForTest = unsafe.Sizeof(node{})

@@ -38,16 +38,22 @@ type Index struct {
 	hash func(id string) uint64 // nil: maphash with seed; tests set one with collisions
 }
 
-// node is one entry; its due time lives in its heap element.
+// node is one entry, 24 bytes; its due time lives in its heap element.
 type node struct {
 	value uint64
-	off   int    // its id is ids[off:off+len]
-	len   uint32 // of its id
+	off   uint32 // its id is ids[off:off+len]
 	pos   int32  // position in its heap; -1 while free
 	next  int32  // the next node whose id has the same hash, or -1; while free, the next free node
+	len   uint16 // of its id
 	kind  uint8
 	queue uint8
 }
+
+// Limits of the arena's offsets and lengths (the bridge's task ids are at most 200 bytes).
+const (
+	maxIDLen   = math.MaxUint16
+	maxIDBytes = math.MaxUint32
+)
 
 // New returns an empty index with the given number of queues, 1 to 256.
 func New(queues int) *Index {
@@ -75,7 +81,7 @@ func (x *Index) hashBytes(id []byte) uint64 {
 	return maphash.Bytes(x.seed, id) // equal to maphash.String of the same bytes
 }
 
-func (x *Index) idOf(n *node) []byte { return x.ids[n.off : n.off+int(n.len)] }
+func (x *Index) idOf(n *node) []byte { return x.ids[n.off : int(n.off)+int(n.len)] }
 
 // find returns the node of id, whose hash is h, or -1.
 func (x *Index) find(id string, h uint64) int32 {
@@ -107,7 +113,8 @@ func (x *Index) Get(id string) (Entry, bool) {
 
 // Put indexes e in queue q, replacing any entry e.ID had (in whichever queue). The index keeps a
 // copy of e.ID's bytes of its own: the caller's string may be part of a larger one (a KV key, a
-// subject) that would otherwise stay alive for as long as the entry is pending.
+// subject) that would otherwise stay alive for as long as the entry is pending. It panics on an
+// id longer than 65,535 bytes, or when the ids of the entries would take more than 4 GiB.
 func (x *Index) Put(q int, e Entry) {
 	if q < 0 || q >= len(x.queues) {
 		panic(fmt.Sprintf("timingwheel: queue %d of %d", q, len(x.queues)))
@@ -119,8 +126,13 @@ func (x *Index) Put(q int, e Entry) {
 		x.queues[n.queue].removeAt(x.nodes, int(n.pos))
 		n.value, n.kind, n.queue = e.Value, e.Kind, uint8(q)
 	} else {
-		if len(e.ID) > math.MaxUint32 {
-			panic(fmt.Sprintf("timingwheel: id of %d bytes", len(e.ID)))
+		if len(e.ID) > maxIDLen {
+			panic(fmt.Sprintf("timingwheel: id of %d bytes, at most %d", len(e.ID), maxIDLen))
+		}
+		if len(x.ids)+len(e.ID) > maxIDBytes {
+			if x.compact(); len(x.ids)+len(e.ID) > maxIDBytes {
+				panic("timingwheel: ids of over 4 GiB")
+			}
 		}
 		if x.free >= 0 {
 			i = x.free
@@ -133,7 +145,7 @@ func (x *Index) Put(q int, e Entry) {
 		if !ok {
 			next = -1
 		}
-		x.nodes[i] = node{value: e.Value, off: len(x.ids), len: uint32(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q)}
+		x.nodes[i] = node{value: e.Value, off: uint32(len(x.ids)), len: uint16(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q)}
 		x.ids = append(x.ids, e.ID...)
 		x.byHash[h] = i
 		x.n++
@@ -253,7 +265,7 @@ func (x *Index) compact() {
 		}
 		off := len(ids)
 		ids = append(ids, x.idOf(n)...)
-		n.off = off
+		n.off = uint32(off)
 	}
 	x.ids, x.garbage = ids, 0
 }
