@@ -31,6 +31,7 @@ type options struct {
 	json       bool
 	natsServer string
 	logLevel   slog.Level
+	cpuProfile string // file for a CPU profile of the bench process during the pending row's restart
 }
 
 // scenarios in run and table order; --only also takes the aliases in scenarioAlias.
@@ -58,6 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), pending (heap, memory, rss, restart); default all")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary to run (default: build the module's nats-server into a temp dir)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the bridge runs in it) from the pending row's restart until its index is loaded")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the bridge's own logs on stderr: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err

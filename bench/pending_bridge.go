@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,25 @@ import (
 
 	"github.com/axbridge/axbridge/bridge"
 )
+
+// startCPUProfile starts a CPU profile into file (none if file is empty); the returned func ends it.
+func startCPUProfile(file string) (func(), error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
+}
 
 // heapAlloc is the heap in use after two collections.
 func heapAlloc() int64 {
@@ -72,11 +93,18 @@ func (r *runner) bridgePending(ctx context.Context, srv *serverSet, x *result) e
 	if _, err := s.js.PublishMsg(ctx, bridgeSchedule("new", 0, func(h nats.Header) { h.Set(bridge.HeaderDelay, "0") })); err != nil {
 		return fmt.Errorf("schedule before restart: %w", err)
 	}
-	t0 := time.Now()
-	if err := r.startBridge(ctx, s); err != nil {
+	stopProfile, err := startCPUProfile(r.o.cpuProfile)
+	if err != nil {
 		return err
 	}
-	if err := r.ready(ctx, s, 10*time.Minute); err != nil {
+	t0 := time.Now()
+	if err := r.startBridge(ctx, s); err != nil {
+		stopProfile()
+		return err
+	}
+	err = r.ready(ctx, s, 10*time.Minute)
+	stopProfile()
+	if err != nil {
 		return err
 	}
 	x.vals["restart_ready"] = time.Since(t0).Seconds()

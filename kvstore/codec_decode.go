@@ -28,7 +28,29 @@ func DecodeTask(b []byte) (Task, error) {
 }
 
 // decodeTask is DecodeTask with the payload a part of b, for a caller that owns b for good.
-func decodeTask(b []byte) (Task, error) {
+func decodeTask(b []byte) (Task, error) { return decodeTaskAs(b, "", nil) }
+
+// recordDecoder decodes the records of one watch, on one goroutine, and keeps what repeats from
+// one to the next so that it is not allocated again: the biz type of the record before.
+type recordDecoder struct{ biz string }
+
+// entry is decodeEntry for the watch's record of task id at rev: the task's ID is id itself (a
+// part of the key) when the record names it, and its BizType is shared with the record before
+// when they are the same.
+func (rd *recordDecoder) entry(id string, rev uint64, val []byte) (Entry, error) {
+	t, err := decodeTaskAs(val, id, rd)
+	if err != nil {
+		return Entry{}, fmt.Errorf("task %s revision %d: %w", id, rev, err)
+	}
+	if t.ID != id {
+		return Entry{}, fmt.Errorf("task %s revision %d: %w: the record names task %q", id, rev, ErrCorrupt, t.ID)
+	}
+	return Entry{Task: t, Revision: rev}, nil
+}
+
+// decodeTaskAs is decodeTask that takes the ID from id, with no copy, when the record's id
+// field is the same, and the BizType from rd (if not nil) likewise.
+func decodeTaskAs(b []byte, id string, rd *recordDecoder) (Task, error) {
 	if len(b) == 0 {
 		return Task{}, fmt.Errorf("%w: empty value", ErrCorrupt)
 	}
@@ -38,7 +60,7 @@ func decodeTask(b []byte) (Task, error) {
 	}
 	meta, payload := b[:nl], b[nl+1:]
 	var m metaFields
-	d := metaDecoder{b: meta}
+	d := metaDecoder{b: meta, id: id, rd: rd}
 	if err := d.object(&m); err != nil {
 		if v, ok := probeVersion(meta); ok && v != "1" {
 			return Task{}, fmt.Errorf("%w: version %s (this build reads version %d): %s", ErrUnknownVersion, v, recordVersion, unknownVersionHelp)
@@ -147,8 +169,10 @@ const maxSkipDepth = 64
 
 // metaDecoder parses the metadata line: one JSON object of known, flat fields.
 type metaDecoder struct {
-	b []byte
-	i int
+	b  []byte
+	i  int
+	id string         // the id the record is expected to name: taken as it is, not copied
+	rd *recordDecoder // nil, or what the records before had
 }
 
 func (d *metaDecoder) errorf(format string, args ...any) error {
@@ -236,10 +260,23 @@ func (d *metaDecoder) field(m *metaFields, key []byte) error {
 		m.v, err = d.int("v")
 		m.seen |= fV
 	case "id":
-		m.id, err = d.string("id")
+		var s []byte
+		if s, err = d.strField("id"); string(s) == d.id {
+			m.id = d.id
+		} else {
+			m.id = string(s)
+		}
 		m.seen |= fID
 	case "biz":
-		m.biz, err = d.string("biz")
+		var s []byte
+		if s, err = d.strField("biz"); d.rd == nil {
+			m.biz = string(s)
+		} else if string(s) == d.rd.biz {
+			m.biz = d.rd.biz
+		} else {
+			m.biz = string(s)
+			d.rd.biz = m.biz
+		}
 		m.seen |= fBiz
 	case "status":
 		var s []byte
@@ -521,6 +558,12 @@ func (d *metaDecoder) backoff() ([]time.Duration, error) {
 	}
 	var list []time.Duration
 	if d.peek() != ']' {
+		// Only numbers until the ']': their count sizes the list (a malformed one fails below).
+		n := len(d.b) - d.i
+		if end := bytes.IndexByte(d.b[d.i:], ']'); end >= 0 {
+			n = end
+		}
+		list = make([]time.Duration, 0, 1+bytes.Count(d.b[d.i:d.i+n], []byte{','}))
 		for {
 			ms, err := d.int("backoff_ms")
 			if err != nil {

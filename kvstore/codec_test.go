@@ -524,4 +524,62 @@ func BenchmarkCodec(b *testing.B) {
 			}
 		}
 	})
+	// As a store reads a record (the payload not copied), and as a watch does (the id taken from
+	// the key, the biz type shared with the record before).
+	for _, c := range []struct {
+		name   string
+		decode func(string, uint64, []byte) (kvstore.Entry, error)
+	}{{"entry", kvstore.DecodeEntryForTest}, {"watched", kvstore.NewWatchDecoderForTest()}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(enc)))
+			for b.Loop() {
+				if _, err := c.decode(task.ID, 1, enc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// A watch decodes its records with one decoder that reuses the biz type of the record before and
+// takes the id from the key: each record still decodes to what DecodeTask gives, whatever came
+// before it, and a record that names another task than its key is corrupt.
+func TestCodecDecodeWatched(t *testing.T) {
+	t.Parallel()
+	var ids []string
+	var vals [][]byte
+	var want []kvstore.Task
+	for i, biz := range []string{"orders", "orders", "payments", "orders", "payments", "payments", "x"} {
+		task := codecBase()
+		task.ID, task.BizType = "t-"+string(rune('a'+i)), biz
+		task.Backoff = task.Backoff[:i%3]
+		val, err := kvstore.EncodeTask(&task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, vals = append(ids, task.ID), append(vals, val)
+		dec, err := kvstore.DecodeTask(val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, dec)
+	}
+	// An id written with an escape is the same id.
+	escaped := []byte(strings.Replace(string(vals[0]), `"id":"t-a"`, `"id":"t-\u0061"`, 1))
+	ids, vals, want = append(ids, "t-a"), append(vals, escaped), append(want, want[0])
+	es, errs := kvstore.DecodeWatchedForTest(ids, vals)
+	for i := range vals {
+		if errs[i] != nil {
+			t.Fatalf("record %d: %v", i, errs[i])
+		}
+		want[i].Payload = es[i].Task.Payload // DecodeTask copies it; the watch's aliases the value
+		if !reflect.DeepEqual(es[i].Task, want[i]) || es[i].Revision != uint64(i+1) {
+			t.Errorf("record %d: %+v, want %+v", i, es[i], want[i])
+		}
+	}
+	_, errs = kvstore.DecodeWatchedForTest([]string{"t-b"}, vals[:1])
+	if !errors.Is(errs[0], kvstore.ErrCorrupt) {
+		t.Errorf("record of t-a under the key of t-b: %v, want ErrCorrupt", errs[0])
+	}
 }

@@ -27,7 +27,12 @@ func LastMsgForTest(m *MemStore, id string) (present, marker bool, ttl time.Dura
 }
 
 // WatchHighWaterForTest is the most events w's queue has held.
-func WatchHighWaterForTest(w Watcher) int { return w.(*watcher).highWater() }
+func WatchHighWaterForTest(w Watcher) int {
+	if jw, ok := w.(*jetWatcher); ok {
+		return jw.highWater()
+	}
+	return w.(*watcher).highWater()
+}
 
 // SetWatchTargetHookForTest makes f run in every Watch of s between reading the leader's last
 // revision and creating the consumer.
@@ -36,3 +41,22 @@ func SetWatchTargetHookForTest(s *JetStore, f func()) { s.testHookTarget = f }
 // SetBatchSendHookForTest makes f run in s before each batch's messages are sent. It panics if s
 // does not group its writes.
 func SetBatchSendHookForTest(s *JetStore, f func()) { s.group.testHookSend = f }
+
+// DecodeWatchedForTest decodes vals, the records of ids at revisions 1, 2, ..., in order as one
+// watch does (one decoder that keeps what repeats).
+func DecodeWatchedForTest(ids []string, vals [][]byte) ([]Entry, []error) {
+	var rd recordDecoder
+	es, errs := make([]Entry, len(vals)), make([]error, len(vals))
+	for i, v := range vals {
+		es[i], errs[i] = rd.entry(ids[i], uint64(i+1), v)
+	}
+	return es, errs
+}
+
+// DecodeEntryForTest is decodeEntry: a stored value decoded for a store, the payload not copied.
+var DecodeEntryForTest = decodeEntry
+
+// NewWatchDecoderForTest returns the decoding of one watch: decodeEntry's, keeping what repeats.
+func NewWatchDecoderForTest() func(id string, rev uint64, val []byte) (Entry, error) {
+	return new(recordDecoder).entry
+}

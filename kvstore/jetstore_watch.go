@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,10 +14,10 @@ import (
 
 // Watch delivers the records of the given partitions (all if none are given), then
 // EventInitDone, then live changes. One ordered consumer filters on PartitionFilter(p) for each p.
-// A goroutine drains nats.go's watcher channel into the watcher's queue, which holds at most
-// Config.WatchBuffer events: when it is full that goroutine waits, nats.go's delivery waits for
-// it, the consumer's flow control goes unanswered and the server stops sending, until the reader
-// catches up. The channel is also closed if the connection closes. Starting the watch (the
+// A goroutine (drain) decodes what nats.go's watcher channel delivers and sends it on the
+// watcher's Events channel, which holds at most Config.WatchBuffer events: when it is full that
+// goroutine waits, nats.go's delivery waits for it, the consumer's flow control goes unanswered and
+// the server stops sending, until the reader catches up. The channel is also closed if the connection closes. Starting the watch (the
 // leader reads and the consumer's creation) is bounded by ctx's deadline, or Config.Timeout if
 // it has none; the watch itself lasts until ctx ends or Stop.
 func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error) {
@@ -63,14 +64,18 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 		cancel()
 		return nil, fmt.Errorf("kvstore: watch %s: %w", s.cfg.Bucket, mapError(err))
 	}
-	w := newWatcher(s.cfg.WatchBuffer)
+	w := newJetWatcher(s.cfg.WatchBuffer)
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
 		s.drain(wctx, kw, w, filters, len(ps) == s.cfg.Partitions, target)
 	}()
 	go func() {
-		w.pump(wctx)
+		select {
+		case <-w.stop:
+		case <-wctx.Done():
+		case <-drained: // nats.go closed the channel (the connection closed)
+		}
 		cancel()
 		_ = kw.Stop() // fails harmlessly if the context already unsubscribed
 		<-drained     // nats.go closes Updates once the subscription is gone
@@ -90,15 +95,16 @@ const targetRecheck = 250 * time.Millisecond
 // (a marker that expired, or a record that retired and whose marker then expired), so while only
 // target is missing the leader is asked again every targetRecheck: once the watch has seen what
 // the leader now has last, it has every record.
-func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *watcher, filters []string, all bool, target uint64) {
+func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *jetWatcher, filters []string, all bool, target uint64) {
 	initDone, natsInitDone, open := false, false, true
+	var rd recordDecoder
 	var seen uint64 // highest revision delivered
 	var recheck *time.Ticker
 	defer func() {
 		if recheck != nil {
 			recheck.Stop()
 		}
-		w.end()
+		close(w.events)
 	}()
 	updates := kw.Updates()
 	for {
@@ -114,17 +120,17 @@ func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *watche
 			if !open {
 				continue // stopped: keep reading until nats.go closes the channel
 			}
-			ev := jetEvent(e)
+			ev := jetEvent(&rd, e)
 			seen = max(seen, ev.Revision)
 			switch {
 			case initDone:
-				open = w.put(ctx, ev)
+				open = w.send(ctx, ev)
 			case ev.Kind == EventInitDone:
 				natsInitDone = true
 			case ev.Kind != EventDelete:
 				// A delete marker before the end of the initial values is a record deleted before
 				// the watch: not a current record.
-				open = w.put(ctx, ev)
+				open = w.send(ctx, ev)
 			}
 		case <-tick:
 			tctx, cancel := withTimeout(ctx, s.cfg.Timeout)
@@ -138,7 +144,7 @@ func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *watche
 		}
 		if seen >= target {
 			initDone = true
-			open = w.put(ctx, Event{Kind: EventInitDone})
+			open = w.send(ctx, Event{Kind: EventInitDone})
 			if recheck != nil {
 				recheck.Stop()
 				recheck = nil
@@ -166,8 +172,9 @@ func (s *JetStore) watchTarget(ctx context.Context, filters []string, all bool) 
 	return target, nil
 }
 
-// jetEvent turns a nats.go watch entry into an Event; nil is the end of the initial values.
-func jetEvent(e jetstream.KeyValueEntry) Event {
+// jetEvent turns a nats.go watch entry into an Event, decoded by rd; nil is the end of the
+// initial values.
+func jetEvent(rd *recordDecoder, e jetstream.KeyValueEntry) Event {
 	if e == nil {
 		return Event{Kind: EventInitDone}
 	}
@@ -178,11 +185,18 @@ func jetEvent(e jetstream.KeyValueEntry) Event {
 			Err: fmt.Errorf("%w: key %q is not p<partition>.<task id>", ErrCorrupt, e.Key())}
 	}
 	op := e.Operation()
-	return recordEvent(id, rev, op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge, e.Value())
+	if op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+		return Event{Kind: EventDelete, ID: id, Revision: rev}
+	}
+	ent, err := rd.entry(id, rev, e.Value())
+	if err != nil {
+		return Event{Kind: EventError, ID: id, Revision: rev, Err: err}
+	}
+	return Event{Kind: EventPut, ID: id, Revision: rev, Entry: ent}
 }
 
-// recordEvent is the Event of both stores for the message of task id at rev: a delete marker, or
-// a value that decodes or not.
+// recordEvent is the MemStore's Event for the message of task id at rev (jetEvent's likewise): a
+// delete marker, or a value that decodes or not.
 func recordEvent(id string, rev uint64, deleted bool, val []byte) Event {
 	if deleted {
 		return Event{Kind: EventDelete, ID: id, Revision: rev}
@@ -212,31 +226,73 @@ func checkPartitions(ps []int, n int) ([]int, error) {
 	return ps, nil
 }
 
-// watcher is the Watcher of both stores. Its producer queues events with push (never waits: the
-// MemStore's, under the store's lock) or put (waits while the queue holds limit events: the
-// JetStore's); pump, its only goroutine, moves them to events.
-type watcher struct {
-	limit int // most events put queues; 0: no limit
+// jetWatcher is the JetStore's Watcher. Its only producer, drain, sends each event on events, a
+// channel of Config.WatchBuffer that the reader takes from directly: one hand-over per event.
+type jetWatcher struct {
+	events   chan Event    // written and closed by drain; read by the user
+	stop     chan struct{} // closed by Stop
+	stopOnce sync.Once
+	done     chan struct{} // closed by the store once drain is gone
+	high     atomic.Int64  // most events events has held (for tests); written by drain
+}
 
+func newJetWatcher(buffer int) *jetWatcher {
+	return &jetWatcher{
+		events: make(chan Event, buffer),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+func (w *jetWatcher) Events() <-chan Event { return w.events }
+
+// Stop ends the watch, waits until its goroutines are gone and closes Events. Idempotent.
+func (w *jetWatcher) Stop() error {
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+	return nil
+}
+
+// send hands ev to the reader, waiting while events is full; false if the watch stopped or ctx
+// ended first (ev is then dropped).
+func (w *jetWatcher) send(ctx context.Context, ev Event) bool {
+	select {
+	case w.events <- ev:
+	default:
+		select {
+		case w.events <- ev:
+		case <-w.stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if n := int64(len(w.events)); n > w.high.Load() {
+		w.high.Store(n)
+	}
+	return true
+}
+
+// highWater is the most events the channel has held.
+func (w *jetWatcher) highWater() int { return int(w.high.Load()) }
+
+// watcher is the MemStore's Watcher. Its producer queues events with push (never waits: it runs
+// under the store's lock); pump, its only goroutine, moves them to events.
+type watcher struct {
 	mu    sync.Mutex
-	queue []Event // written by push and put, head removed by pump
-	ended bool    // the producer is gone: pump closes events once the queue is empty
+	queue []Event // written by push, head removed by pump
 	high  int     // most events the queue has held (for tests)
 
-	wake     chan struct{} // capacity 1; push, put and end signal pump
-	room     chan struct{} // capacity 1; pump signals a waiting put
+	wake     chan struct{} // capacity 1; push signals pump
 	events   chan Event    // written and closed by pump; read by the user
 	stop     chan struct{} // closed by Stop
 	stopOnce sync.Once
 	done     chan struct{} // closed by the store once pump and the producer are gone
 }
 
-// newWatcher returns a watcher whose put waits while limit events are queued (0: never).
-func newWatcher(limit int) *watcher {
+func newWatcher() *watcher {
 	return &watcher{
-		limit:  limit,
 		wake:   make(chan struct{}, 1),
-		room:   make(chan struct{}, 1),
 		events: make(chan Event),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -261,36 +317,6 @@ func (w *watcher) push(evs ...Event) {
 	signal(w.wake)
 }
 
-// put queues ev, waiting while the queue is full; false if the watch stopped or ctx ended first
-// (ev is then dropped, as pump drops what is left).
-func (w *watcher) put(ctx context.Context, ev Event) bool {
-	for {
-		w.mu.Lock()
-		if w.limit == 0 || len(w.queue) < w.limit {
-			w.queue = append(w.queue, ev)
-			w.high = max(w.high, len(w.queue))
-			w.mu.Unlock()
-			signal(w.wake)
-			return true
-		}
-		w.mu.Unlock()
-		select {
-		case <-w.room:
-		case <-w.stop:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-func (w *watcher) end() {
-	w.mu.Lock()
-	w.ended = true
-	w.mu.Unlock()
-	signal(w.wake)
-}
-
 // highWater is the most events the queue has held.
 func (w *watcher) highWater() int {
 	w.mu.Lock()
@@ -306,29 +332,24 @@ func signal(c chan struct{}) {
 	}
 }
 
-// pump delivers queued events until Stop, the end of ctx, or the producer's end; then it closes
-// events. Undelivered events are dropped.
+// pump delivers queued events until Stop or the end of ctx; then it closes events. Undelivered
+// events are dropped.
 func (w *watcher) pump(ctx context.Context) {
 	defer close(w.events)
 	for {
 		w.mu.Lock()
-		have, ended := len(w.queue) > 0, w.ended
 		var next Event
 		var out chan<- Event
-		if have {
+		if len(w.queue) > 0 {
 			next, out = w.queue[0], w.events
 		}
 		w.mu.Unlock()
-		if !have && ended {
-			return
-		}
 		select {
 		case out <- next:
 			w.mu.Lock()
 			w.queue[0] = Event{}
 			w.queue = w.queue[1:]
 			w.mu.Unlock()
-			signal(w.room)
 		case <-w.wake:
 		case <-w.stop:
 			return

@@ -233,7 +233,7 @@ func (m *MemStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	if err != nil {
 		return nil, err
 	}
-	mw := &memWatch{w: newWatcher(0), partitions: make([]bool, m.n)}
+	mw := &memWatch{w: newWatcher(), partitions: make([]bool, m.n)}
 	for _, p := range ps {
 		mw.partitions[p] = true
 	}

@@ -13,10 +13,14 @@
 // while the earliest entry is due; CountDue) and arms one timer to the earliest due time; see the
 // Example. Put, Remove and Pop are O(log n), Get and Peek O(1).
 //
-// Memory: a map from id to node (the index keeps its own copy of each id), a slab of 32-byte
-// nodes whose free positions are reused, and a 24-byte heap element per entry that holds the
-// ordering key inline, so that sifting reads only the heap. At one million entries with UUID-sized
-// ids that is about 130 bytes per entry (BenchmarkIndex).
+// Memory: the ids back to back in one byte arena (compacted once removed ids are over half of
+// it), a map from each id's 64-bit hash to its 24-byte node (ids that share a hash chain their
+// nodes), and a 24-byte heap element per entry that holds the ordering key inline, so that
+// sifting reads only the heap. None of it holds a pointer per entry, so the garbage collector has
+// nothing to mark in an index of millions (BenchmarkIndex: one collection with 1M entries takes
+// 14 ms of CPU, against 62-70 ms when the map was keyed by id strings), and a growing map moves
+// 64-bit keys, not strings. At one million entries with UUID-sized ids that is about 128 bytes
+// per entry (161 with string keys).
 //
 // The package name stays from the hybrid timing wheel it held until issue 15. The bridge's call
 // pattern (millions of far-future entries, each touched a few times, draining bounded by the

@@ -40,14 +40,22 @@ func (m *model) earliest(q int) int {
 // time passing, after which every due entry is popped) and checks every answer: each entry put
 // fires exactly once unless it was replaced or removed first, never before its due time, never
 // later than the first pop at or after it, in (due, insertion) order per queue; Get, Len and
-// CountDue agree with the model throughout.
+// CountDue agree with the model throughout. Each input runs twice: on an index from New, and on
+// one whose ids share a few hashes and whose id arena is compacted at every chance.
 func FuzzIndex(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{0x10, 0x11, 0x12, 0x40, 0x50, 0x80, 0xc5, 0x13, 0x41, 0xff})
 	f.Add([]byte("put the same id many times, then remove it, then let time pass"))
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		const queues, ids = 3, 12
-		x := timingwheel.New(queues)
+		const queues = 3
+		t.Run("maphash", func(t *testing.T) { fuzzIndex(t, timingwheel.New(queues), queues, ops) })
+		t.Run("colliding", func(t *testing.T) { fuzzIndex(t, timingwheel.NewCollidingForTest(queues, 3), queues, ops) })
+	})
+}
+
+func fuzzIndex(t *testing.T, x *timingwheel.Index, queues int, ops []byte) {
+	{
+		const ids = 12
 		var m model
 		var now int64
 		seq := 0
@@ -132,5 +140,5 @@ func FuzzIndex(f *testing.F) {
 		if x.Len() != 0 || len(live) != 0 {
 			t.Fatalf("after every due time: %d entries indexed, %d never fired", x.Len(), len(live))
 		}
-	})
+	}
 }

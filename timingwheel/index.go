@@ -2,7 +2,8 @@ package timingwheel
 
 import (
 	"fmt"
-	"strings"
+	"hash/maphash"
+	"math"
 )
 
 // Entry is one indexed step as the caller sees it.
@@ -17,86 +18,152 @@ type Entry struct {
 
 // Index is the set of pending entries, at most one per id, in a fixed number of queues. The zero
 // value is not usable: call New. It is meant for one owner goroutine.
+//
+// Nothing in it holds a pointer per entry: the ids are bytes in one arena, found through a map
+// from the id's hash to its node, so the garbage collector never walks the entries (it has
+// nothing to mark in them), and a map that grows moves 64-bit keys, not strings.
 type Index struct {
-	byID   map[string]int32 // id → position in nodes
-	nodes  []node           // slab; free positions are chained through pos
-	free   int32            // first free position, or -1
+	byHash map[uint64]int32 // id hash → the node of that id, or the first of those whose ids share the hash
+	nodes  []node           // slab; a free node has pos -1, and free ones are chained through next
+	free   int32            // first free node, or -1
+	n      int              // entries
 	queues []heap
 	seq    uint64 // insertion counter, for ties in deadline order
+
+	ids        []byte // every entry's id, back to back (node.off, node.len); removed ones stay as garbage
+	garbage    int    // bytes of ids that no entry holds: compacted away once they are over half of ids
+	compactMin int    // garbage below which ids is never compacted
+
+	seed maphash.Seed
+	hash func(id string) uint64 // nil: maphash with seed; tests set one with collisions
 }
 
-// node is one entry; its due time lives in its heap element.
+// node is one entry, 24 bytes; its due time lives in its heap element.
 type node struct {
-	id    string
 	value uint64
-	pos   int32 // position in its heap; the next free node while free
+	off   uint32 // its id is ids[off:off+len]
+	pos   int32  // position in its heap; -1 while free
+	next  int32  // the next node whose id has the same hash, or -1; while free, the next free node
+	len   uint16 // of its id
 	kind  uint8
 	queue uint8
 }
+
+// Limits of the arena's offsets and lengths (the bridge's task ids are at most 200 bytes).
+const (
+	maxIDLen   = math.MaxUint16
+	maxIDBytes = math.MaxUint32
+)
 
 // New returns an empty index with the given number of queues, 1 to 256.
 func New(queues int) *Index {
 	if queues < 1 || queues > 256 {
 		panic(fmt.Sprintf("timingwheel: %d queues, want 1 to 256", queues))
 	}
-	return &Index{byID: make(map[string]int32), free: -1, queues: make([]heap, queues)}
+	return &Index{byHash: make(map[uint64]int32), free: -1, queues: make([]heap, queues),
+		seed: maphash.MakeSeed(), compactMin: 1 << 16}
 }
 
 // Len is the number of entries.
-func (x *Index) Len() int { return len(x.byID) }
+func (x *Index) Len() int { return x.n }
 
-func (x *Index) entry(i int32) Entry {
+func (x *Index) hashString(id string) uint64 {
+	if x.hash != nil {
+		return x.hash(id)
+	}
+	return maphash.String(x.seed, id)
+}
+
+func (x *Index) hashBytes(id []byte) uint64 {
+	if x.hash != nil {
+		return x.hash(string(id))
+	}
+	return maphash.Bytes(x.seed, id) // equal to maphash.String of the same bytes
+}
+
+func (x *Index) idOf(n *node) []byte { return x.ids[n.off : int(n.off)+int(n.len)] }
+
+// find returns the node of id, whose hash is h, or -1.
+func (x *Index) find(id string, h uint64) int32 {
+	i, ok := x.byHash[h]
+	if !ok {
+		return -1
+	}
+	for ; i >= 0; i = x.nodes[i].next {
+		if string(x.idOf(&x.nodes[i])) == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (x *Index) entry(i int32, id string) Entry {
 	n := &x.nodes[i]
-	return Entry{ID: n.id, Due: x.queues[n.queue][n.pos].due, Value: n.value, Kind: n.kind}
+	return Entry{ID: id, Due: x.queues[n.queue][n.pos].due, Value: n.value, Kind: n.kind}
 }
 
 // Get returns the entry of id.
 func (x *Index) Get(id string) (Entry, bool) {
-	i, ok := x.byID[id]
-	if !ok {
+	i := x.find(id, x.hashString(id))
+	if i < 0 {
 		return Entry{}, false
 	}
-	return x.entry(i), true
+	return x.entry(i, id), true
 }
 
 // Put indexes e in queue q, replacing any entry e.ID had (in whichever queue). The index keeps a
-// copy of e.ID of its own: the caller's may be part of a larger string (a KV key, a subject)
-// that would otherwise stay alive for as long as the entry is pending.
+// copy of e.ID's bytes of its own: the caller's string may be part of a larger one (a KV key, a
+// subject) that would otherwise stay alive for as long as the entry is pending. It panics on an
+// id longer than 65,535 bytes, or when the ids of the entries would take more than 4 GiB.
 func (x *Index) Put(q int, e Entry) {
 	if q < 0 || q >= len(x.queues) {
 		panic(fmt.Sprintf("timingwheel: queue %d of %d", q, len(x.queues)))
 	}
-	id := e.ID
-	i, ok := x.byID[id]
-	if ok {
+	h := x.hashString(e.ID)
+	i := x.find(e.ID, h)
+	if i >= 0 {
 		n := &x.nodes[i]
 		x.queues[n.queue].removeAt(x.nodes, int(n.pos))
-		id = n.id // the map key's string: one copy of the id, not one per caller's string
+		n.value, n.kind, n.queue = e.Value, e.Kind, uint8(q)
 	} else {
-		id = strings.Clone(id)
+		if len(e.ID) > maxIDLen {
+			panic(fmt.Sprintf("timingwheel: id of %d bytes, at most %d", len(e.ID), maxIDLen))
+		}
+		if len(x.ids)+len(e.ID) > maxIDBytes {
+			if x.compact(); len(x.ids)+len(e.ID) > maxIDBytes {
+				panic("timingwheel: ids of over 4 GiB")
+			}
+		}
 		if x.free >= 0 {
 			i = x.free
-			x.free = x.nodes[i].pos
+			x.free = x.nodes[i].next
 		} else {
 			i = int32(len(x.nodes))
 			x.nodes = append(x.nodes, node{})
 		}
+		next, ok := x.byHash[h]
+		if !ok {
+			next = -1
+		}
+		x.nodes[i] = node{value: e.Value, off: uint32(len(x.ids)), len: uint16(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q)}
+		x.ids = append(x.ids, e.ID...)
+		x.byHash[h] = i
+		x.n++
 	}
 	x.seq++
-	x.nodes[i] = node{id: id, value: e.Value, kind: e.Kind, queue: uint8(q)}
-	x.byID[id] = i
 	x.queues[q].push(x.nodes, elem{due: e.Due, seq: x.seq, i: i})
 }
 
 // Remove drops id's entry; false if it had none.
 func (x *Index) Remove(id string) bool {
-	i, ok := x.byID[id]
-	if !ok {
+	h := x.hashString(id)
+	i := x.find(id, h)
+	if i < 0 {
 		return false
 	}
 	n := &x.nodes[i]
 	x.queues[n.queue].removeAt(x.nodes, int(n.pos))
-	x.release(i)
+	x.release(i, h)
 	return true
 }
 
@@ -105,7 +172,8 @@ func (x *Index) Peek(q int) (Entry, bool) {
 	if len(x.queues[q]) == 0 {
 		return Entry{}, false
 	}
-	return x.entry(x.queues[q][0].i), true
+	i := x.queues[q][0].i
+	return x.entry(i, string(x.idOf(&x.nodes[i]))), true
 }
 
 // Pop removes and returns the earliest entry of queue q; false if q is empty. The caller decides
@@ -116,9 +184,10 @@ func (x *Index) Pop(q int) (Entry, bool) {
 		return Entry{}, false
 	}
 	i := h[0].i
-	e := x.entry(i)
+	id := x.idOf(&x.nodes[i])
+	e := x.entry(i, string(id))
 	x.queues[q].removeAt(x.nodes, 0)
-	x.release(i)
+	x.release(i, x.hashBytes(id))
 	return e, true
 }
 
@@ -151,14 +220,52 @@ func (x *Index) CountDue(q int, t int64, kind uint8) (n int, earliest int64) {
 	return n, earliest
 }
 
-func (x *Index) release(i int32) {
-	delete(x.byID, x.nodes[i].id)
-	x.nodes[i] = node{pos: x.free}
+// release frees node i, already out of its heap, whose id hashes to h.
+func (x *Index) release(i int32, h uint64) {
+	n := &x.nodes[i]
+	if head := x.byHash[h]; head == i {
+		if n.next >= 0 {
+			x.byHash[h] = n.next
+		} else {
+			delete(x.byHash, h)
+		}
+	} else {
+		p := head
+		for x.nodes[p].next != i {
+			p = x.nodes[p].next
+		}
+		x.nodes[p].next = n.next
+	}
+	x.garbage += int(n.len)
+	x.nodes[i] = node{pos: -1, next: x.free}
 	x.free = i
-	if len(x.byID) == 0 { // let a drained backlog's slab go
-		x.nodes, x.free = x.nodes[:0], -1
+	x.n--
+	switch {
+	case x.n == 0: // let a drained backlog's slab and ids go
+		x.nodes, x.free, x.ids, x.garbage = x.nodes[:0], -1, x.ids[:0], 0
 		if cap(x.nodes) > 1<<16 {
 			x.nodes = nil
 		}
+		if cap(x.ids) > 1<<20 {
+			x.ids = nil
+		}
+	case x.garbage > x.compactMin && x.garbage > len(x.ids)/2:
+		x.compact()
 	}
+}
+
+// compact copies the ids that entries hold into a new arena, leaving the garbage behind: O(live
+// bytes), after at least as many bytes were removed.
+func (x *Index) compact() {
+	ids := make([]byte, 0, len(x.ids)-x.garbage)
+	for k := range x.nodes {
+		n := &x.nodes[k]
+		if n.pos < 0 {
+			continue
+		}
+		off := len(ids)
+		ids = append(ids, x.idOf(n)...)
+		n.off = uint32(off)
+	}
+	x.ids, x.garbage = ids, 0
 }

@@ -2,6 +2,7 @@ package timingwheel_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/axbridge/axbridge/timingwheel"
@@ -143,5 +144,27 @@ func TestNewRefusesQueueCounts(t *testing.T) {
 	x.Put(255, timingwheel.Entry{ID: "last"})
 	if e, ok := x.Pop(255); !ok || e.ID != "last" {
 		t.Errorf("Pop(255) = %+v, %v", e, ok)
+	}
+}
+
+// An entry's node is 24 bytes (the memory per entry in the package comment counts on it), and an
+// id too long for it is refused, not cut.
+func TestIndexNodeAndIDLimits(t *testing.T) {
+	t.Parallel()
+	if timingwheel.NodeSizeForTest != 24 {
+		t.Errorf("node of %d bytes, want 24", timingwheel.NodeSizeForTest)
+	}
+	x := timingwheel.New(1)
+	x.Put(0, timingwheel.Entry{ID: strings.Repeat("a", 65535), Due: 1})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Put of an id of 65,536 bytes did not panic")
+			}
+		}()
+		x.Put(0, timingwheel.Entry{ID: strings.Repeat("b", 65536), Due: 2})
+	}()
+	if e, ok := x.Pop(0); !ok || len(e.ID) != 65535 || x.Len() != 0 {
+		t.Errorf("Pop = %d bytes of id, %v; %d left", len(e.ID), ok, x.Len())
 	}
 }
