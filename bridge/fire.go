@@ -32,7 +32,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	switch {
 	case j.unsure && t.Status == kvstore.StatusRunning && t.Owner == b.cfg.ReplicaID && t.Claim == j.rev:
 		b.log.Debug("claim landed after an unknown outcome", "task_id", t.ID, "attempt", t.Attempt)
-		b.publishFire(e)
+		b.fireClaimed(e)
 		return
 	case e.Revision < j.rev:
 		b.readBehind(j) // the read lags the revision the index has
@@ -41,8 +41,9 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 		return // the watch brings the record's real state to the loop
 	}
 	nowMs := b.cfg.Now().UnixMilli()
-	if t.DueAt > nowMs {
-		// Never early: the wall clock disagrees with the monotonic one, or the record changed.
+	if t.DueAt > addMs(nowMs, j.ahead) {
+		// Not within the claim-ahead window: the wall clock disagrees with the monotonic one, or
+		// the record changed.
 		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: t.DueAt})
 		return
 	}
@@ -55,7 +56,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 			unsure: unsure})
 		return
 	}
-	b.claim(ctx, e, unsure)
+	b.claim(ctx, e, unsure, j.taken)
 }
 
 // claim writes the claim of e, a WAITING record, by CAS on its revision, which becomes the claim's
@@ -64,8 +65,10 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 // timeout, a closed connection) goes back to the loop as an unsure fire step of e's revision: the
 // next try reads the record back and publishes if the claim landed, claims again if it did not.
 // unsure says an earlier claim of this revision had an unknown outcome, so a conflict may be that
-// claim landing late, and is read back too.
-func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool) {
+// claim landing late, and is read back too. A claim written ahead of the task's due time is fired
+// at the due time by the loop (fireClaimed); taken, when set, is when the loop took the task, from
+// which the claim's latency counts for the claim-ahead window.
+func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken time.Time) {
 	claimed, err := kvstore.Claim(e.Task, b.cfg.Now().UnixMilli(), b.cfg.ReplicaID, e.Revision)
 	if err != nil {
 		return
@@ -75,7 +78,10 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool) {
 		defer b.claims.Done()
 		switch {
 		case err == nil:
-			b.publishFire(kvstore.Entry{Task: claimed, Revision: rev})
+			if !taken.IsZero() {
+				b.fired.times.add(time.Since(taken))
+			}
+			b.fireClaimed(kvstore.Entry{Task: claimed, Revision: rev})
 			return
 		case errors.Is(err, kvstore.ErrConflict) && unsure:
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
