@@ -77,6 +77,7 @@ func (l *loopState) refreshAhead() {
 	}
 	l.aheadAt = l.now.mono
 	l.ahead = l.b.fired.times.window(l.b.cfg.ClaimAhead)
+	l.b.m.loop.claimAhead.Set(l.ahead.Seconds())
 }
 
 // fireClaimed publishes a claim that landed, now if the task is due, or else hands it to the loop,
@@ -139,7 +140,9 @@ func (l *loopState) publishDue() {
 				"task_id", n.id, "attempt", t.Attempt)
 			continue
 		}
-		l.b.publishFire(*e)
+		if l.b.publishFire(*e) {
+			l.b.m.loop.heldFires.Inc()
+		}
 	}
 }
 

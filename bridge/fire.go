@@ -99,21 +99,22 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken 
 // by this bridge's clock: a replica that was paused (or whose claim took that long) must not fire
 // an attempt that another replica may already have retried. The claim itself won its CAS, so
 // while its lease runs nobody else fires the task, whoever owns the partition by then. If the
-// lease has ended, or the publish fails, the attempt counts as failed: at-least-once holds.
-func (b *Bridge) publishFire(e kvstore.Entry) {
+// lease has ended, or the publish fails, the attempt counts as failed: at-least-once holds. It
+// reports whether it published the attempt.
+func (b *Bridge) publishFire(e kvstore.Entry) bool {
 	t := &e.Task
 	p := kvstore.Partition(t.ID, b.nparts)
 	if nowMs := b.cfg.Now().UnixMilli(); nowMs >= t.LeaseUntil {
 		b.m.members.fencedFires.Inc()
 		b.log.Warn("claimed but not fired: the attempt's lease ended before its fire could go out",
 			"task_id", t.ID, "partition", p, "attempt", t.Attempt, "late_ms", nowMs-t.LeaseUntil)
-		return
+		return false
 	}
 	if !b.fired.putOnce(e) {
 		// A second path to the same landed claim (a read-back racing the claim's own outcome):
 		// the attempt went out already.
 		b.log.Debug("attempt already published", "task_id", t.ID, "attempt", t.Attempt)
-		return
+		return false
 	}
 	h := fireHeader(t)
 	h[HeaderReplica] = []string{b.cfg.ReplicaID}
@@ -125,10 +126,11 @@ func (b *Bridge) publishFire(e kvstore.Entry) {
 	}
 	if err := b.nc.PublishMsg(msg); err != nil {
 		b.log.Warn("publish fire", "task_id", t.ID, "err", err)
-		return
+		return false
 	}
 	b.m.fired.WithLabelValues(t.BizType).Inc()
 	b.m.lateness.WithLabelValues(t.BizType).Observe(b.cfg.Now().Sub(time.UnixMilli(t.DueAt)).Seconds())
+	return true
 }
 
 // fireHeader is the caller's headers plus the bridge's own (subjects.md, "Firing").

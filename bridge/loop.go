@@ -640,7 +640,7 @@ func (l *loopState) stats() {
 	m.loop.preRead.Set(float64(len(l.near)))
 	m.loop.preReadBytes.Set(float64(l.nearBytes))
 	if obs := m.loop.observe; obs != nil {
-		obs(loopStats{queued: queued, preRead: len(l.near), preReadBytes: l.nearBytes, indexed: l.idx.len()})
+		obs(loopStats{queued: queued, preRead: len(l.near), preReadBytes: l.nearBytes, indexed: l.idx.len(), held: len(l.held)})
 	}
 	if l.now.mono.Sub(l.lastStats) < idleCheck {
 		return
