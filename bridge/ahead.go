@@ -99,11 +99,8 @@ func (l *loopState) hold(e *kvstore.Entry) {
 	cur, indexed := l.idx.get(id)
 	switch {
 	case indexed && cur.rev == e.Revision: // the claim's own watch event came first
-	case indexed && cur.rev > e.Revision:
-		l.b.log.Debug("claimed ahead, but the record changed before its due time: not fired", "task_id", id)
-		return
-	case inFlight && f.rev == e.Task.Claim: // the claim's watch event is still to come
-	default: // deleted meanwhile, or the step is no longer this loop's
+	case !indexed && inFlight && f.rev == e.Task.Claim: // the claim's watch event is still to come
+	default: // a newer write or a delete came on the watch (it ended the flight)
 		l.b.log.Debug("claimed ahead, but the record changed before its due time: not fired", "task_id", id)
 		return
 	}
