@@ -17,7 +17,9 @@ import (
 // from the due time (kvstore.Claim); a newer revision of the record seen on the watch drops the
 // held fire. As with a claim fired from its completion, a held claim is fired even if its
 // partition moved to another live replica meanwhile: it won its CAS, and the new owner waits for
-// its lease. A replica fenced at the due time does not fire it; the lease ends as after a crash.
+// its lease. A replica fenced at the due time fires nothing (the loop takes no step while it is);
+// once its heartbeats are confirmed again it fires the held claim if the attempt's lease still
+// runs, else the lease ends as after a crash.
 
 const (
 	defaultClaimAhead = 100 * time.Millisecond

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -99,5 +101,39 @@ func TestClaimAheadLandsAfterANewerWrite(t *testing.T) {
 				t.Errorf("the loop holds %d claims after the marker fired, want 0", held.Load())
 			}
 		})
+	}
+}
+
+// A replica that is fenced (no heartbeat confirmed) when a claim it holds comes due does not fire
+// it; once its heartbeats are confirmed again, within the attempt's lease, it fires the attempt it
+// claimed, not before its due time.
+func TestClaimAheadNotFiredWhileFenced(t *testing.T) {
+	t.Parallel()
+	e := newAheadEnv(t)
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := kvstore.OpenMembers(context.Background(), js, kvstore.MembersConfig{Bucket: "AHEAD_MEMBERS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &flakyMembers{Membership: m}
+	e.cfg.Members, e.cfg.PartitionLease = flaky, 500*time.Millisecond
+	fires := e.consume(2)
+	b := e.start()
+	due := e.clock.in(1500 * time.Millisecond)
+	e.create("fenced", due)
+	e.waitHeld(1)
+	flaky.cut.Store(true)
+	if !checkFor(5*time.Second, func() bool { return !b.alive() }) {
+		t.Fatal("the replica is not fenced after its heartbeats failed")
+	}
+	noFire(t, fires, time.Until(time.UnixMilli(due))+500*time.Millisecond, "while fenced")
+	flaky.cut.Store(false)
+	f := next(t, fires, 10*time.Second)
+	neverEarly(t, f)
+	if f.id != "fenced" || f.attempt != 1 {
+		t.Fatalf("fired %s attempt %d, want fenced attempt 1", f.id, f.attempt)
 	}
 }
