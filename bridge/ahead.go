@@ -37,6 +37,9 @@ const (
 	// drainSlack is how long past the claim-ahead bound a stopping loop waits for the claims it
 	// took ahead.
 	drainSlack = 50 * time.Millisecond
+	// heldRetry is how often a held fire that came due while the connection to NATS was down
+	// is tried again.
+	heldRetry = 20 * time.Millisecond
 )
 
 // claimTimes keeps the latencies of the recent successful claims, from the loop taking the task
@@ -137,6 +140,14 @@ func (l *loopState) publishDue() {
 			l.b.m.members.fencedFires.Inc()
 			l.b.log.Warn("claimed ahead but not fired: no heartbeat of this replica confirmed at the task's due time",
 				"task_id", n.id, "attempt", t.Attempt)
+			continue
+		}
+		if !l.b.nc.IsConnected() && l.now.ms < t.LeaseUntil {
+			// Published now, the fire would wait in the reconnect buffer and could reach the
+			// consumer after the next attempt; held, it goes out after the reconnect if its
+			// lease still runs then, else the lease ends as after a crash.
+			l.held[n.id] = e
+			l.idx.put(n.id, addMs(l.now.ms, heldRetry), e.Revision, jobPublish)
 			continue
 		}
 		if l.b.publishFire(*e) {
