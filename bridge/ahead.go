@@ -19,7 +19,9 @@ import (
 // partition moved to another live replica meanwhile: it won its CAS, and the new owner waits for
 // its lease. A replica fenced at the due time fires nothing (the loop takes no step while it is);
 // once its heartbeats are confirmed again it fires the held claim if the attempt's lease still
-// runs, else the lease ends as after a crash.
+// runs, else the lease ends as after a crash. Likewise while the connection to NATS is down: a
+// held fire is not put in the reconnect buffer, from which it could reach the consumer after the
+// next attempt.
 
 const (
 	defaultClaimAhead = 100 * time.Millisecond
