@@ -87,6 +87,11 @@ func (l *loopState) refreshAhead() {
 	l.b.m.loop.claimAhead.Set(l.ahead.Seconds())
 }
 
+// nowMsUp is the wall clock in UTC Unix ms, rounded up. An ack's transition takes it as its time,
+// so that a retry's due time (now + backoff after a nak) is never earlier than the ack's instant
+// plus the backoff: a held fire goes out in the first instant of its due millisecond.
+func (b *Bridge) nowMsUp() int64 { return addMs(0, time.Duration(b.cfg.Now().UnixNano())) }
+
 // fireClaimed publishes a claim that landed, now if the task is due, or else hands it to the loop,
 // which publishes it at its due time.
 func (b *Bridge) fireClaimed(e kvstore.Entry) {
