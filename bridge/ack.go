@@ -158,7 +158,7 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 		b.applyAckRead(ctx, op, nil)
 		return
 	}
-	next, err := op.transition(e.Task, b.cfg.Now().UnixMilli())
+	next, err := op.transition(e.Task, b.nowMsUp())
 	if err != nil {
 		b.ackStale(op, e, err)
 		return
@@ -217,7 +217,7 @@ func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Tas
 			b.ackApplied(op, &e.Task, e.Revision)
 			return
 		}
-		next, err := op.transition(e.Task, b.cfg.Now().UnixMilli())
+		next, err := op.transition(e.Task, b.nowMsUp())
 		if err != nil {
 			b.ackStale(op, e, err)
 			return

@@ -79,6 +79,14 @@ type Config struct {
 
 	// The scheduling loop.
 	//
+	// ClaimAhead bounds how long before its due time a task is claimed (default 100ms; negative:
+	// claimed at the due time). The claim's write then lands before the task is due, and the
+	// loop publishes the fire at the due time with no store round trip in between. Within the
+	// bound the window follows the claims: claimAheadFactor times the p99 of the recent claim
+	// writes (from the loop taking the task to the write's completion), plus a millisecond. The
+	// attempt's lease counts from the due time; while it is claimed ahead the record shows
+	// RUNNING, and the task API's cancel refuses it as it refuses any running task.
+	ClaimAhead time.Duration
 	// LeaseSkew: a replica expires a lease another replica owns only this long after its
 	// LeaseUntil, so that clocks a little apart never end an attempt early (default 1s); the
 	// owner expires it at LeaseUntil.
@@ -138,6 +146,7 @@ func (c Config) withDefaults() Config {
 	c.MaxPayload = cmp.Or(c.MaxPayload, 960<<10)
 	c.PreRead = cmp.Or(c.PreRead, 2*time.Second)
 	c.LeaseSkew = cmp.Or(c.LeaseSkew, time.Second)
+	c.ClaimAhead = cmp.Or(c.ClaimAhead, defaultClaimAhead)
 	c.MaxPreReadTasks = cmp.Or(c.MaxPreReadTasks, 100_000)
 	c.MaxPreReadBytes = cmp.Or(c.MaxPreReadBytes, 64<<20)
 	c.WatchTimeout = cmp.Or(c.WatchTimeout, 10*time.Second)
@@ -188,6 +197,9 @@ func (c Config) validate() error {
 	}
 	if c.LeaseSkew < 0 {
 		errs = append(errs, fmt.Errorf("lease skew %v: want 0 or more", c.LeaseSkew))
+	}
+	if c.ClaimAhead > maxClaimAhead {
+		errs = append(errs, fmt.Errorf("claim ahead %v: want at most %v (negative: off)", c.ClaimAhead, maxClaimAhead))
 	}
 	if c.MaxPreReadTasks < 1 {
 		errs = append(errs, fmt.Errorf("max pre-read tasks %d: want at least 1", c.MaxPreReadTasks))

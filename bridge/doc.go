@@ -19,7 +19,10 @@
 //     records leave the index; the server retires them. A paced reconciler (reconcile.go) reads
 //     the bucket now and then and repairs any overdue task the index missed.
 //   - Workers run the due steps: claim by CAS (WAITING → RUNNING) and publish the fire message from
-//     the write's completion; count an expired lease as a failed attempt.
+//     the write's completion; count an expired lease as a failed attempt. Fires are claimed a
+//     little ahead of their due time (ahead.go; Config.ClaimAhead): a claim that lands before the
+//     task is due goes back to the loop, which publishes it at the due time, so the claim's write
+//     is not part of the fire's lateness.
 //   - Acks arrive on one subscription per owned partition (ax.ack.*.<partition>.>), which also
 //     receives NATS's no-responders status when nobody was subscribed to the fire subject.
 //   - Replicas (members.go): each heartbeats in the members bucket, computes from the live set

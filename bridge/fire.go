@@ -32,7 +32,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	switch {
 	case j.unsure && t.Status == kvstore.StatusRunning && t.Owner == b.cfg.ReplicaID && t.Claim == j.rev:
 		b.log.Debug("claim landed after an unknown outcome", "task_id", t.ID, "attempt", t.Attempt)
-		b.publishFire(e)
+		b.fireClaimed(e)
 		return
 	case e.Revision < j.rev:
 		b.readBehind(j) // the read lags the revision the index has
@@ -41,8 +41,9 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 		return // the watch brings the record's real state to the loop
 	}
 	nowMs := b.cfg.Now().UnixMilli()
-	if t.DueAt > nowMs {
-		// Never early: the wall clock disagrees with the monotonic one, or the record changed.
+	if t.DueAt > addMs(nowMs, j.ahead) {
+		// Not within the claim-ahead window: the wall clock disagrees with the monotonic one, or
+		// the record changed.
 		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: t.DueAt})
 		return
 	}
@@ -55,7 +56,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 			unsure: unsure})
 		return
 	}
-	b.claim(ctx, e, unsure)
+	b.claim(ctx, e, unsure, j.taken)
 }
 
 // claim writes the claim of e, a WAITING record, by CAS on its revision, which becomes the claim's
@@ -64,8 +65,10 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 // timeout, a closed connection) goes back to the loop as an unsure fire step of e's revision: the
 // next try reads the record back and publishes if the claim landed, claims again if it did not.
 // unsure says an earlier claim of this revision had an unknown outcome, so a conflict may be that
-// claim landing late, and is read back too.
-func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool) {
+// claim landing late, and is read back too. A claim written ahead of the task's due time is fired
+// at the due time by the loop (fireClaimed); taken, when set, is when the loop took the task, from
+// which the claim's latency counts for the claim-ahead window.
+func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken time.Time) {
 	claimed, err := kvstore.Claim(e.Task, b.cfg.Now().UnixMilli(), b.cfg.ReplicaID, e.Revision)
 	if err != nil {
 		return
@@ -75,7 +78,10 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool) {
 		defer b.claims.Done()
 		switch {
 		case err == nil:
-			b.publishFire(kvstore.Entry{Task: claimed, Revision: rev})
+			if !taken.IsZero() {
+				b.fired.times.add(time.Since(taken))
+			}
+			b.fireClaimed(kvstore.Entry{Task: claimed, Revision: rev})
 			return
 		case errors.Is(err, kvstore.ErrConflict) && unsure:
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
@@ -93,21 +99,22 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool) {
 // by this bridge's clock: a replica that was paused (or whose claim took that long) must not fire
 // an attempt that another replica may already have retried. The claim itself won its CAS, so
 // while its lease runs nobody else fires the task, whoever owns the partition by then. If the
-// lease has ended, or the publish fails, the attempt counts as failed: at-least-once holds.
-func (b *Bridge) publishFire(e kvstore.Entry) {
+// lease has ended, or the publish fails, the attempt counts as failed: at-least-once holds. It
+// reports whether it published the attempt.
+func (b *Bridge) publishFire(e kvstore.Entry) bool {
 	t := &e.Task
 	p := kvstore.Partition(t.ID, b.nparts)
 	if nowMs := b.cfg.Now().UnixMilli(); nowMs >= t.LeaseUntil {
 		b.m.members.fencedFires.Inc()
 		b.log.Warn("claimed but not fired: the attempt's lease ended before its fire could go out",
 			"task_id", t.ID, "partition", p, "attempt", t.Attempt, "late_ms", nowMs-t.LeaseUntil)
-		return
+		return false
 	}
 	if !b.fired.putOnce(e) {
 		// A second path to the same landed claim (a read-back racing the claim's own outcome):
 		// the attempt went out already.
 		b.log.Debug("attempt already published", "task_id", t.ID, "attempt", t.Attempt)
-		return
+		return false
 	}
 	h := fireHeader(t)
 	h[HeaderReplica] = []string{b.cfg.ReplicaID}
@@ -119,10 +126,11 @@ func (b *Bridge) publishFire(e kvstore.Entry) {
 	}
 	if err := b.nc.PublishMsg(msg); err != nil {
 		b.log.Warn("publish fire", "task_id", t.ID, "err", err)
-		return
+		return false
 	}
 	b.m.fired.WithLabelValues(t.BizType).Inc()
 	b.m.lateness.WithLabelValues(t.BizType).Observe(b.cfg.Now().Sub(time.UnixMilli(t.DueAt)).Seconds())
+	return true
 }
 
 // fireHeader is the caller's headers plus the bridge's own (subjects.md, "Firing").

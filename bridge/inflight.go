@@ -20,6 +20,8 @@ type inflight struct {
 	m  map[string]kvstore.Entry
 
 	settle chan struct{} // a token per running settle; acquire sends, release receives
+
+	times claimTimes // recent claim latencies, for the claim-ahead window (ahead.go)
 }
 
 // settleLimit bounds the settling goroutines that make store calls at the same time.

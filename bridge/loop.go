@@ -16,6 +16,7 @@ const (
 	jobFire    jobKind = iota + 1 // WAITING and due: claim, then publish to ax.fire.<bizType>
 	jobPreRead                    // WAITING and due soon: read the payload ahead of time
 	jobLease                      // RUNNING and the lease ended: count the attempt as failed
+	jobPublish                    // RUNNING, claimed ahead and now due: the loop publishes it (ahead.go)
 )
 
 // job is one unit of work for a worker. entry is set when the loop holds the record's payload;
@@ -30,6 +31,10 @@ type job struct {
 	// unsure: a claim of revision rev had an unknown outcome; the fire reads the record back and
 	// publishes the attempt if that claim landed (RUNNING under this replica with token rev).
 	unsure bool
+	// ahead: a fire taken up to this long before due may be claimed at once (ahead.go); taken is
+	// when (monotonic) the loop took it, from which the claim's latency is measured.
+	ahead time.Duration
+	taken time.Time
 }
 
 const (
@@ -55,6 +60,7 @@ type result struct {
 	behind  bool            // a read returned an older revision than rev, or none: try again soon
 	created *kvstore.Entry  // a record intake just created: indexed as its watch event would be
 	entries []kvstore.Entry // pre-read records, for jobPreRead
+	held    *kvstore.Entry  // a claim that landed before its task is due: the loop publishes it then
 }
 
 const (
@@ -84,10 +90,14 @@ type loopState struct {
 	fires      []job // fire jobs no worker has taken yet, in deadline order (at most maxQueued)
 	house      []job // lease and pre-read jobs, after every fire (at most maxQueued)
 	reads      []string
-	flight     map[string]flight // steps taken from the index whose record has not changed since
-	retrying   map[string]int64  // fires put back after a failed store call: id → when the task was due
-	unsure     map[string]uint64 // claims whose outcome was unknown: id → the claim's token
-	behind     map[string]int    // steps whose read lagged the indexed revision: id → tries so far
+	flight     map[string]flight         // steps taken from the index whose record has not changed since
+	retrying   map[string]int64          // fires put back after a failed store call: id → when the task was due
+	unsure     map[string]uint64         // claims whose outcome was unknown: id → the claim's token
+	held       map[string]*kvstore.Entry // claims landed ahead of their due time (ahead.go), indexed as jobPublish
+	ahead      time.Duration             // the claim-ahead window, recomputed every aheadRefresh
+	aheadAt    time.Time                 // monotonic: when ahead was computed
+	aheadUntil int64                     // UTC Unix ms: the latest due time of a fire handed out ahead of it
+	behind     map[string]int            // steps whose read lagged the indexed revision: id → tries so far
 	clock      stepDetector
 	owned      []bool    // by partition: the partitions this loop indexes and watches
 	fromHouse  bool      // the job nextJob returned is the head of house, not of fires
@@ -152,6 +162,7 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
 		flight:   make(map[string]flight),
 		retrying: make(map[string]int64),
 		unsure:   make(map[string]uint64),
+		held:     make(map[string]*kvstore.Entry),
 		behind:   make(map[string]int),
 		owned:    make([]bool, b.nparts),
 	}
@@ -189,12 +200,14 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
 		out, next := l.nextJob()
 		select {
 		case <-ctx.Done():
+			l.drainHeld()
 			return
 		case ev, ok := <-events:
 			if !ok {
 				_ = w.Stop()
 				w, events = nil, nil
 				if ctx.Err() != nil {
+					l.drainHeld()
 					return
 				}
 				watchDown = time.Now()
@@ -314,6 +327,9 @@ func (l *loopState) sent(j job) {
 	if f, ok := l.flight[j.id]; ok && j.kind != jobPreRead && f.rev == j.rev {
 		l.flight[j.id] = flight{rev: j.rev, at: l.now.mono, due: f.due}
 	}
+	if j.kind == jobFire && j.ahead > 0 {
+		l.aheadUntil = max(l.aheadUntil, j.due)
+	}
 	q := &l.fires
 	l.firesInRow++
 	if l.fromHouse {
@@ -352,8 +368,11 @@ func (l *loopState) wait() time.Duration {
 	}
 	if len(l.fires) < maxQueued {
 		if n, ok := l.idx.peek(heapFire); ok {
-			d = l.now.until(n.due, d)
+			d = l.now.until(subMs(n.due, l.ahead), d)
 		}
+	}
+	if n, ok := l.idx.peek(heapPublish); ok {
+		d = l.now.until(n.due, d)
 	}
 	if len(l.house) < maxQueued {
 		if n, ok := l.idx.peek(heapHouse); ok {
@@ -370,9 +389,11 @@ func (l *loopState) take() {
 		return // fenced: nothing is claimed until a heartbeat is confirmed (which wakes the loop)
 	}
 	ms := l.now.ms
+	l.publishDue()
+	l.refreshAhead()
 	for len(l.fires) < maxQueued {
 		n, ok := l.idx.peek(heapFire)
-		if !ok || n.due > ms {
+		if !ok || subMs(n.due, l.ahead) > ms {
 			break
 		}
 		l.idx.pop(heapFire)
@@ -384,7 +405,7 @@ func (l *loopState) take() {
 			}
 			continue
 		}
-		j := job{kind: jobFire, id: n.id, rev: n.rev, due: n.due}
+		j := job{kind: jobFire, id: n.id, rev: n.rev, due: n.due, ahead: l.ahead, taken: l.now.mono}
 		if tok, ok := l.unsure[n.id]; ok && tok == n.rev {
 			j.unsure = true // the worker owns the read-back now
 			delete(l.unsure, n.id)
@@ -448,6 +469,12 @@ func (l *loopState) apply(ev kvstore.Event) {
 		if cur, ok := l.idx.get(id); ok && cur.rev > e.Revision {
 			return // an older revision than the one indexed
 		}
+		if h, ok := l.held[id]; ok {
+			if e.Revision <= h.Revision {
+				return // the claim's own write: its fire stays due at the due time
+			}
+			delete(l.held, id) // a newer write wins: the fire held for the due time is dropped
+		}
 		if f, ok := l.flight[id]; ok {
 			if f.rev >= e.Revision {
 				return // a worker has this revision in hand (a watch started again replays it)
@@ -489,6 +516,7 @@ func (l *loopState) apply(ev kvstore.Event) {
 		}
 		l.idx.remove(ev.ID)
 		l.dropNear(ev.ID)
+		delete(l.held, ev.ID)
 		delete(l.flight, ev.ID)
 		delete(l.retrying, ev.ID)
 		delete(l.unsure, ev.ID)
@@ -499,6 +527,7 @@ func (l *loopState) apply(ev kvstore.Event) {
 		if cur, ok := l.idx.get(ev.ID); ok && cur.rev < ev.Revision {
 			l.idx.remove(ev.ID) // its older revision is gone: reading it again cannot help
 			l.dropNear(ev.ID)
+			delete(l.held, ev.ID)
 			delete(l.retrying, ev.ID)
 		}
 	}
@@ -542,6 +571,10 @@ func (l *loopState) dropNear(id string) {
 func (l *loopState) result(r result) {
 	if e := r.created; e != nil {
 		l.apply(kvstore.Event{Kind: kvstore.EventPut, ID: e.Task.ID, Revision: e.Revision, Entry: *e})
+		return
+	}
+	if r.held != nil { // a claim that landed is fired even if its partition moved (ahead.go)
+		l.hold(r.held)
 		return
 	}
 	if r.entries == nil && !l.ownsID(r.id) {
@@ -607,7 +640,7 @@ func (l *loopState) stats() {
 	m.loop.preRead.Set(float64(len(l.near)))
 	m.loop.preReadBytes.Set(float64(l.nearBytes))
 	if obs := m.loop.observe; obs != nil {
-		obs(loopStats{queued: queued, preRead: len(l.near), preReadBytes: l.nearBytes, indexed: l.idx.len()})
+		obs(loopStats{queued: queued, preRead: len(l.near), preReadBytes: l.nearBytes, indexed: l.idx.len(), held: len(l.held)})
 	}
 	if l.now.mono.Sub(l.lastStats) < idleCheck {
 		return
@@ -616,6 +649,9 @@ func (l *loopState) stats() {
 	l.b.outage.tick()
 	n, oldest := l.idx.countDue(heapFire, l.now.ms, jobFire)
 	for _, j := range l.fires {
+		if j.due > l.now.ms {
+			continue // taken ahead of its due time
+		}
 		if n == 0 || j.due < oldest {
 			oldest = j.due
 		}

@@ -37,14 +37,14 @@ func (l *loopState) reown(parts []bool) {
 	}
 	before := l.idx.len()
 	idx := newSlots()
-	for _, h := range [...]int{heapFire, heapHouse} {
+	for _, h := range [...]int{heapFire, heapHouse, heapPublish} {
 		for {
 			e, ok := l.idx.peek(h)
 			if !ok {
 				break
 			}
 			l.idx.pop(h)
-			if l.ownsID(e.id) {
+			if l.ownsID(e.id) || h == heapPublish { // a held fire goes out all the same (ahead.go)
 				idx.put(e.id, e.due, e.rev, e.kind)
 			}
 		}
@@ -120,6 +120,7 @@ func (l *loopState) keepIDs(ids []string) []string {
 func (l *loopState) forget(id string) {
 	l.idx.remove(id)
 	l.dropNear(id)
+	delete(l.held, id)
 	delete(l.flight, id)
 	delete(l.retrying, id)
 	delete(l.unsure, id)

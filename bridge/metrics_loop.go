@@ -14,6 +14,8 @@ type loopMetrics struct {
 	queued        prometheus.Gauge
 	preRead       prometheus.Gauge
 	preReadBytes  prometheus.Gauge
+	claimAhead    prometheus.Gauge
+	heldFires     prometheus.Counter
 
 	// observe, when set (by tests in this package), sees the loop's bounded state after every turn.
 	observe func(loopStats)
@@ -25,6 +27,7 @@ type loopStats struct {
 	preRead      int // records held with their payload
 	preReadBytes int
 	indexed      int
+	held         int // claims landed ahead of their due time, waiting in the loop to be published
 }
 
 func newLoopMetrics() *loopMetrics {
@@ -47,10 +50,15 @@ func newLoopMetrics() *loopMetrics {
 		queued:       gauge("loop_queued_jobs", "Due steps taken from the index and waiting for a worker (bounded)."),
 		preRead:      gauge("preread_tasks", "Records held in memory with their payload ahead of their due time (bounded)."),
 		preReadBytes: gauge("preread_bytes", "Payload and header bytes of the records held ahead of their due time (bounded)."),
+		claimAhead: gauge("claim_ahead_seconds",
+			"How long before its due time a task is claimed now: a few times the recent claim latency, within the configured bound."),
+		heldFires: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "fires_claimed_ahead_total",
+			Help: "Fires whose claim landed before the task was due, published by the loop at the due time; the others " +
+				"go out from the claim's completion."}),
 	}
 }
 
 func (m *loopMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.overdue, m.oldestOverdue, m.watchRestarts, m.watchUp, m.repairs, m.clockSteps,
-		m.queued, m.preRead, m.preReadBytes}
+		m.queued, m.preRead, m.preReadBytes, m.claimAhead, m.heldFires}
 }

@@ -19,18 +19,22 @@ type slotEntry struct {
 
 // The index's queues.
 const (
-	heapFire  = 0 // jobFire and jobPreRead
-	heapHouse = 1 // jobLease
+	heapFire    = 0 // jobFire and jobPreRead
+	heapHouse   = 1 // jobLease
+	heapPublish = 2 // jobPublish: claimed ahead, published by the loop at the due time
 )
 
 func heapOf(k jobKind) int {
-	if k == jobLease {
+	switch k {
+	case jobLease:
 		return heapHouse
+	case jobPublish:
+		return heapPublish
 	}
 	return heapFire
 }
 
-func newSlots() *slots { return &slots{x: timingwheel.New(2)} }
+func newSlots() *slots { return &slots{x: timingwheel.New(3)} }
 
 func slotOf(e timingwheel.Entry) slotEntry {
 	return slotEntry{id: e.ID, due: e.Due, rev: e.Value, kind: jobKind(e.Kind)}

@@ -54,9 +54,10 @@ const (
 	reasonExpired = "ack wait expired"
 )
 
-// Claim starts the next attempt: WAITING → RUNNING, Attempt+1, LeaseUntil = now + AckWait,
-// Owner = owner, Claim = rev, the revision of the WAITING record t (the fencing token; it must not
-// be 0). It does not look at DueAt: the caller decides when.
+// Claim starts the next attempt: WAITING → RUNNING, Attempt+1, LeaseUntil = AckWait after the
+// later of now and DueAt, Owner = owner, Claim = rev, the revision of the WAITING record t (the
+// fencing token; it must not be 0). The caller decides when to claim: a claim written ahead of
+// the due time (fired at DueAt) gets the whole ack wait from DueAt on, as a claim at DueAt would.
 func Claim(t Task, now int64, owner string, rev uint64) (Task, error) {
 	if t.Status != StatusWaiting {
 		return t, refuse("claim", t)
@@ -67,7 +68,7 @@ func Claim(t Task, now int64, owner string, rev uint64) (Task, error) {
 	t.Status = StatusRunning
 	t.Claim = rev
 	t.Attempt++
-	t.LeaseUntil = addDuration(now, t.AckWait)
+	t.LeaseUntil = addDuration(max(now, t.DueAt), t.AckWait)
 	t.Owner = owner
 	t.UpdatedAt = now
 	return t, nil

@@ -161,11 +161,12 @@ func TestMachineTransitions(t *testing.T) {
 			},
 		},
 		{
-			name:  "claim does not look at the due time",
+			// A claim ahead of the due time is not refused; its lease counts from the due time.
+			name:  "claim ahead of the due time",
 			in:    func() kvstore.Task { t := machineTask(kvstore.StatusWaiting, 2); t.DueAt = mNow + 1e6; return t }(),
 			apply: func(t kvstore.Task) (kvstore.Task, error) { return kvstore.Claim(t, mNow, "b", mRev) },
 			want: func(t *kvstore.Task) {
-				t.Status, t.Attempt, t.LeaseUntil, t.Owner, t.UpdatedAt = kvstore.StatusRunning, 3, mNow+30000, "b", mNow
+				t.Status, t.Attempt, t.LeaseUntil, t.Owner, t.UpdatedAt = kvstore.StatusRunning, 3, mNow+1e6+30000, "b", mNow
 				t.Claim = mRev
 			},
 		},

@@ -1,0 +1,203 @@
+package bridge
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// Claim ahead. A WAITING task is claimed up to a window before its due time (Config.ClaimAhead
+// bounds it; the recent claim latency sets it), so the claim's write lands before the task is
+// due. The write's completion hands the RUNNING record back to the loop, which indexes it as a
+// jobPublish step at its due time (heapPublish) and publishes it from there, with no store call
+// in between. The fire still goes out only once the wall clock is at the due time, only while
+// this replica's heartbeats are confirmed (alive) and within the attempt's lease, which counts
+// from the due time (kvstore.Claim); a newer revision of the record seen on the watch drops the
+// held fire. As with a claim fired from its completion, a held claim is fired even if its
+// partition moved to another live replica meanwhile: it won its CAS, and the new owner waits for
+// its lease. A replica fenced at the due time fires nothing (the loop takes no step while it is);
+// once its heartbeats are confirmed again it fires the held claim if the attempt's lease still
+// runs, else the lease ends as after a crash. Likewise while the connection to NATS is down: a
+// held fire is not put in the reconnect buffer, from which it could reach the consumer after the
+// next attempt.
+
+const (
+	defaultClaimAhead = 100 * time.Millisecond
+	maxClaimAhead     = time.Second
+	// claimAheadFactor times the p99 of the recent claim latencies, plus a millisecond, is the
+	// claim-ahead window (within Config.ClaimAhead).
+	claimAheadFactor = 3
+	// claimSamples is how many recent claim latencies the window is computed from.
+	claimSamples = 256
+	// aheadRefresh is how often the loop recomputes its window.
+	aheadRefresh = 100 * time.Millisecond
+	// maxPublishTurn bounds the held fires the loop publishes in one turn, so that a burst of
+	// them does not keep it from its channels.
+	maxPublishTurn = 1024
+	// drainSlack is how long past the claim-ahead bound a stopping loop waits for the claims it
+	// took ahead.
+	drainSlack = 50 * time.Millisecond
+	// heldRetry is how often a held fire that came due while the connection to NATS was down
+	// is tried again.
+	heldRetry = 20 * time.Millisecond
+)
+
+// claimTimes keeps the latencies of the recent successful claims, from the loop taking the task
+// to the write's completion. Claim completions add (any goroutine); the loop reads the window.
+type claimTimes struct {
+	mu   sync.Mutex
+	ring [claimSamples]time.Duration
+	n    int // samples added in all
+}
+
+func (c *claimTimes) add(d time.Duration) {
+	c.mu.Lock()
+	c.ring[c.n%claimSamples] = d
+	c.n++
+	c.mu.Unlock()
+}
+
+// window is the claim-ahead window for the bound limit, rounded up to whole milliseconds: limit
+// itself until a claim has been measured, 0 when limit is not positive.
+func (c *claimTimes) window(limit time.Duration) time.Duration {
+	if limit <= 0 {
+		return 0
+	}
+	c.mu.Lock()
+	s := slices.Clone(c.ring[:min(c.n, claimSamples)])
+	c.mu.Unlock()
+	if len(s) == 0 {
+		return limit.Round(time.Millisecond)
+	}
+	slices.Sort(s)
+	p99 := s[len(s)*99/100]
+	w := min(claimAheadFactor*p99+time.Millisecond, limit)
+	return time.Duration(addMs(0, w)) * time.Millisecond
+}
+
+// refreshAhead recomputes the loop's claim-ahead window, at most every aheadRefresh.
+func (l *loopState) refreshAhead() {
+	if !l.aheadAt.IsZero() && l.now.mono.Sub(l.aheadAt) < aheadRefresh {
+		return
+	}
+	l.aheadAt = l.now.mono
+	l.ahead = l.b.fired.times.window(l.b.cfg.ClaimAhead)
+	l.b.m.loop.claimAhead.Set(l.ahead.Seconds())
+}
+
+// nowMsUp is the wall clock in UTC Unix ms, rounded up. An ack's transition takes it as its time,
+// so that a retry's due time (now + backoff after a nak) is never earlier than the ack's instant
+// plus the backoff: a held fire goes out in the first instant of its due millisecond.
+func (b *Bridge) nowMsUp() int64 { return addMs(0, time.Duration(b.cfg.Now().UnixNano())) }
+
+// fireClaimed publishes a claim that landed, now if the task is due, or else hands it to the loop,
+// which publishes it at its due time.
+func (b *Bridge) fireClaimed(e kvstore.Entry) {
+	if b.cfg.Now().UnixMilli() >= e.Task.DueAt {
+		b.publishFire(e)
+		return
+	}
+	b.report(result{id: e.Task.ID, rev: e.Revision, kind: jobPublish, held: &e})
+}
+
+// hold takes a landed claim whose task is not due yet: the loop publishes it at its due time. It
+// is dropped if the record changed meanwhile: the loop expects the claimed revision (the claim's
+// own watch event came) or still has the claimed WAITING revision in flight (it has not yet).
+func (l *loopState) hold(e *kvstore.Entry) {
+	id := e.Task.ID
+	f, inFlight := l.flight[id]
+	cur, indexed := l.idx.get(id)
+	switch {
+	case indexed && cur.rev == e.Revision: // the claim's own watch event came first
+	case !indexed && inFlight && f.rev == e.Task.Claim: // the claim's watch event is still to come
+	default: // a newer write or a delete came on the watch (it ended the flight)
+		l.b.log.Debug("claimed ahead, but the record changed before its due time: not fired", "task_id", id)
+		return
+	}
+	delete(l.flight, id)
+	delete(l.retrying, id)
+	l.dropNear(id)
+	l.held[id] = e
+	l.idx.put(id, e.Task.DueAt, e.Revision, jobPublish)
+}
+
+// publishDue publishes the held fires that are due by the loop's reading of the clock, at most
+// maxPublishTurn of them; each task's next step is then its lease end.
+func (l *loopState) publishDue() {
+	for range maxPublishTurn {
+		n, ok := l.idx.peek(heapPublish)
+		if !ok || n.due > l.now.ms {
+			return
+		}
+		l.idx.pop(heapPublish)
+		e, ok := l.held[n.id]
+		delete(l.held, n.id)
+		if !ok || e.Revision != n.rev {
+			continue
+		}
+		t := &e.Task
+		if l.ownsID(n.id) {
+			l.idx.put(n.id, l.b.leaseDue(t), e.Revision, jobLease)
+		}
+		if !l.b.alive() {
+			// Fenced (no heartbeat confirmed within the partition lease): the lease ends as
+			// after a crash, and whoever owns the partition then fires the task again.
+			l.b.m.members.fencedFires.Inc()
+			l.b.log.Warn("claimed ahead but not fired: no heartbeat of this replica confirmed at the task's due time",
+				"task_id", n.id, "attempt", t.Attempt)
+			continue
+		}
+		if !l.b.nc.IsConnected() && l.now.ms < t.LeaseUntil {
+			// Published now, the fire would wait in the reconnect buffer and could reach the
+			// consumer after the next attempt; held, it goes out after the reconnect if its
+			// lease still runs then, else the lease ends as after a crash.
+			l.held[n.id] = e
+			l.idx.put(n.id, addMs(l.now.ms, heldRetry), e.Revision, jobPublish)
+			continue
+		}
+		if l.b.publishFire(*e) {
+			l.b.m.loop.heldFires.Inc()
+		}
+	}
+}
+
+// drainHeld runs when the loop is told to stop. It goes on publishing the fires it holds as they
+// come due, and takes the claims that land meanwhile, until every task it took ahead is due (at
+// most the claim-ahead bound and drainSlack away): a stop then costs none of them an attempt.
+// Watch events are no longer read. Whatever it still holds at the end is not published, and its
+// lease ends as after a crash.
+func (l *loopState) drainHeld() {
+	l.now = l.b.read()
+	if len(l.held) == 0 && l.aheadUntil <= l.now.ms {
+		return
+	}
+	end := l.now.mono.Add(l.b.cfg.ClaimAhead + drainSlack)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for (len(l.held) > 0 || l.aheadUntil > l.now.ms) && l.now.mono.Before(end) {
+		l.publishDue()
+		d := end.Sub(l.now.mono)
+		if l.aheadUntil > l.now.ms {
+			d = l.now.until(l.aheadUntil, d)
+		}
+		if n, ok := l.idx.peek(heapPublish); ok {
+			d = l.now.until(n.due, d)
+		}
+		timer.Reset(d)
+		select {
+		case r := <-l.b.results:
+			if r.held != nil {
+				l.now = l.b.read()
+				l.result(r)
+			}
+		case <-timer.C:
+		}
+		l.now = l.b.read()
+	}
+	l.publishDue()
+	if len(l.held) > 0 {
+		l.b.log.Info("stopped with claims held for their due time: their leases end as after a crash", "tasks", len(l.held))
+	}
+}

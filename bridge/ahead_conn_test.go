@@ -1,0 +1,143 @@
+package bridge
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/axbridge/axbridge/internal/natstest"
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// cutProxy forwards TCP connections to target until it is cut: then it closes them and refuses
+// new ones until it is restored.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]struct{}
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	go p.accept()
+	t.Cleanup(func() { _ = ln.Close(); p.setCut(true) })
+	return p
+}
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		if err != nil || p.cut {
+			p.mu.Unlock()
+			_ = c.Close()
+			if up != nil {
+				_ = up.Close()
+			}
+			continue
+		}
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+	}
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			_ = c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+// A held claim whose due time comes while the bridge's connection to NATS is down is not put in
+// the reconnect buffer: if the attempt's lease ends before the reconnect, the attempt is never
+// delivered (it could otherwise reach the consumer after the next attempt), and the lease ends as
+// after a crash.
+func TestClaimAheadNotBufferedWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	e := newLoopEnv(t, Config{ClaimAhead: time.Second})
+	proxy := newCutProxy(t, strings.TrimPrefix(e.nc.ConnectedUrl(), "nats://"))
+	bnc := natstest.Connect(t, "nats://"+proxy.ln.Addr().String(), nats.ReconnectBufSize(1<<20))
+	fires := e.consume(2)
+	var held atomicInt
+	b, err := New(bnc, e.fs, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.m.loop.observe = func(s loopStats) { held.set(s.held) }
+	for range claimSamples {
+		b.fired.times.add(time.Second) // the window stays at its bound
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = b.Stop(ctx)
+	})
+	<-b.Ready()
+	now := e.clock.ms()
+	due := now + 1500
+	if _, err := e.mem.Create(context.Background(), &kvstore.Task{
+		ID: "offline", BizType: "loop", Payload: []byte("p"), Status: kvstore.StatusWaiting, DueAt: due,
+		MaxRetry: 3, AckWait: time.Second, Backoff: []time.Duration{time.Hour}, CreatedAt: now, UpdatedAt: now,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !checkFor(10*time.Second, func() bool { return held.get() == 1 }) {
+		t.Fatal("the claim is not held")
+	}
+	proxy.setCut(true)
+	if !checkFor(5*time.Second, func() bool { return !bnc.IsConnected() }) {
+		t.Fatal("the bridge's connection did not go down")
+	}
+	// Past the due time and the attempt's lease (due + 1s) while disconnected.
+	noFire(t, fires, time.Until(time.UnixMilli(due+1000))+300*time.Millisecond, "while disconnected")
+	proxy.setCut(false)
+	if !checkFor(10*time.Second, func() bool { return bnc.IsConnected() }) {
+		t.Fatal("the bridge did not reconnect")
+	}
+	if !checkFor(10*time.Second, func() bool {
+		r, err := e.mem.Get(context.Background(), "offline")
+		return err == nil && r.Task.Status == kvstore.StatusWaiting && r.Task.Attempt == 1
+	}) {
+		t.Fatal("the attempt's lease did not end as a failed attempt")
+	}
+	if err := bnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	noFire(t, fires, 300*time.Millisecond, "after the reconnect")
+}
+
+// atomicInt is an int the loop's observer sets and the test reads.
+type atomicInt struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (a *atomicInt) set(n int) { a.mu.Lock(); a.n = n; a.mu.Unlock() }
+func (a *atomicInt) get() int  { a.mu.Lock(); defer a.mu.Unlock(); return a.n }
