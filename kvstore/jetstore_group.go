@@ -74,6 +74,11 @@ const (
 	maxBatchesInFlight = 8    // unanswered batches of one store (server: 50 per stream)
 )
 
+// maxSinglesInFlight bounds the unanswered single writes of an automatic grouper: more wait in
+// the grouper, where a switch to batches takes them at once, and where their wait is the backlog
+// the policy sees.
+const maxSinglesInFlight = 512
+
 // maxGroupedWrites is how many writes may wait in the grouper or fly in batches.
 func maxGroupedWrites(batchMax int) int { return max(4096, (maxBatchesInFlight+1)*batchMax) }
 
@@ -84,6 +89,12 @@ type WriteStats struct {
 	Rejected      uint64 // batches the server refused; their writes went out again one by one
 	Unknown       uint64 // batches without an answer; their writes reported "outcome unknown"
 	Singles       uint64 // writes sent on their own (no grouping, a batch of one, or after a refusal)
+
+	// With automatic grouping (Config.BatchMax BatchAuto): what the store decided.
+	Auto     bool   // the store picks singles or batches by itself
+	Batching bool   // it sends batches now (else singles)
+	Probes   uint64 // measurement windows of the other way started (jetstore_group_auto.go)
+	Switches uint64 // probes after which it kept the other way
 }
 
 // WriteStats reports how the async writes went out so far.
@@ -92,6 +103,12 @@ func (s *JetStore) WriteStats() WriteStats {
 	if g := s.group; g != nil {
 		st.Batches, st.BatchedWrites = g.batches.Load(), g.batched.Load()
 		st.Rejected, st.Unknown = g.rejected.Load(), g.unknown.Load()
+		if g.auto {
+			g.autoMu.Lock()
+			st.Auto, st.Batching = true, g.policy.mode == sendBatches
+			st.Probes, st.Switches = g.policy.probes, g.policy.switches
+			g.autoMu.Unlock()
+		}
 	}
 	return st
 }
@@ -124,13 +141,53 @@ type grouper struct {
 	testHookSend func()
 
 	batches, batched, rejected, unknown atomic.Uint64
+
+	// Automatic grouping (jetstore_group_auto.go); auto is fixed at creation.
+	auto     bool
+	batching atomic.Bool  // the policy's mode is sendBatches; read by run
+	singles  atomic.Int64 // single writes sent by the grouper and not yet answered
+	held     atomic.Int64 // writes run holds back (taken from the queue, not sent)
+	autoMu   sync.Mutex   // guards policy and pinned; taken by the waiters that report completions
+	policy   *autoPolicy
+	pinned   bool             // a test fixed the mode: the policy is not consulted
+	now      func() time.Time // the policy's clock
 }
 
 func newGrouper(s *JetStore, batchMax int, delay time.Duration) *grouper {
-	return &grouper{s: s, max: batchMax, delay: delay,
-		room: make(chan struct{}, maxGroupedWrites(batchMax)),
-		wake: make(chan struct{}, 1)}
+	g := &grouper{s: s, max: batchMax, delay: delay, wake: make(chan struct{}, 1)}
+	if batchMax == BatchAuto {
+		g.max, g.auto, g.policy, g.now = maxBatchSize, true, newAutoPolicy(), time.Now
+	}
+	g.room = make(chan struct{}, maxGroupedWrites(g.max))
+	return g
 }
+
+// observe feeds a completion to the policy and applies its answer.
+func (g *grouper) observe(c completion) {
+	g.autoMu.Lock()
+	m := g.policy.mode
+	if !g.pinned {
+		m = g.policy.observe(g.now(), c)
+	}
+	g.autoMu.Unlock()
+	if b := m == sendBatches; g.batching.Load() != b {
+		g.batching.Store(b)
+		g.poke()
+	}
+}
+
+// pin fixes the automatic grouper's mode (tests).
+func (g *grouper) pin(m sendMode) {
+	g.autoMu.Lock()
+	g.pinned, g.policy.mode = true, m
+	g.autoMu.Unlock()
+	g.batching.Store(m == sendBatches)
+	g.poke()
+}
+
+// sendsSingles reports whether the grouper sends each write on its own now (automatic grouping
+// that decided so).
+func (g *grouper) sendsSingles() bool { return g.auto && !g.batching.Load() }
 
 // add hands op to the grouper, waiting for room up to op's deadline.
 func (g *grouper) add(op *asyncOp, m *nats.Msg) {
@@ -197,6 +254,7 @@ func (g *grouper) run() {
 		g.queue = nil
 		if len(in) == 0 && len(pending) == 0 {
 			g.running = false
+			g.held.Store(0)
 			g.mu.Unlock()
 			return
 		}
@@ -211,6 +269,15 @@ func (g *grouper) run() {
 			pending = append(pending, o)
 		}
 		for len(pending) > 0 {
+			if g.sendsSingles() {
+				if len(barriers) == 0 && g.singles.Load() >= maxSinglesInFlight {
+					break // a completion wakes us
+				}
+				g.send(pending[:1])
+				pending[0] = groupOp{}
+				pending = pending[1:]
+				continue
+			}
 			due := len(pending) >= g.max || time.Since(pending[0].at) >= g.delay
 			if len(barriers) == 0 && !(due && g.flying.Load() < maxBatchesInFlight) {
 				break
@@ -221,12 +288,14 @@ func (g *grouper) run() {
 			close(b)
 		}
 		barriers = nil
+		g.held.Store(int64(len(pending)))
 		if len(pending) == 0 {
 			continue
 		}
 		// Wait for more writes and the open batch's flush time, or, while batches are held back
-		// (maxBatchesInFlight unanswered), for an answer.
-		if held := g.flying.Load() >= maxBatchesInFlight; !held && len(pending) < g.max {
+		// (maxBatchesInFlight unanswered, or maxSinglesInFlight when sending singles), for an
+		// answer.
+		if held := g.flying.Load() >= maxBatchesInFlight; !held && len(pending) < g.max && !g.sendsSingles() {
 			timer.Reset(max(g.delay-time.Since(pending[0].at), 0))
 		}
 		select {
@@ -323,9 +392,20 @@ func (g *grouper) publishBatch(bop *asyncOp, batch []groupOp) error {
 	return err
 }
 
-// single sends o on its own through the single path.
+// single sends o on its own through the single path. An automatic grouper counts it until its
+// answer, and reports its completion to the policy.
 func (g *grouper) single(o groupOp) {
 	<-g.room
+	if g.auto {
+		g.singles.Add(1)
+		finish := o.op.finish
+		o.op.finish = func(ctx context.Context, seq uint64, err error) {
+			g.singles.Add(-1)
+			g.observe(completion{mode: sendSingles, writes: 1, backlog: g.held.Load() > 0})
+			g.poke()
+			finish(ctx, seq, err)
+		}
+	}
 	g.s.publish(o.op, o.msg)
 }
 
@@ -338,6 +418,9 @@ func (g *grouper) settle(batch []groupOp, seq uint64, err error) {
 	case err == nil:
 		g.batches.Add(1)
 		g.batched.Add(uint64(len(batch)))
+		if g.auto {
+			g.observe(completion{mode: sendBatches, writes: len(batch), backlog: g.held.Load() > 0})
+		}
 		for i, o := range batch {
 			g.done(o, seq-uint64(len(batch)-1-i), nil)
 		}

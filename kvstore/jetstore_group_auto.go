@@ -1,0 +1,144 @@
+package kvstore
+
+import "time"
+
+// Automatic grouping: the decision (jetstore_group.go says what the grouper does with it).
+//
+// autoPolicy is a pure function of what it is fed: no clock, no goroutine, no I/O. The grouper
+// calls observe each time writes complete, with the time, how those writes were sent (one by
+// one, or in a batch), how many there were, and whether writes were waiting in the grouper at
+// that moment, held back by its limit of writes in flight (a backlog). observe answers how the
+// grouper sends from then on.
+//
+// It measures in windows: a window opens at the first completion of writes sent the current way
+// and closes at the first completion at least autoWindow later, with the rate (writes completed
+// after its first completion, per second) and whether it kept up (some completion in it saw no
+// backlog). Completions of writes sent the other way (still in flight from before a switch) are
+// not counted, so a window measures only the way it is named after.
+//
+//   - Singles are the default and the preference. A single window that kept up (the pipeline is
+//     shallow: the fsync, if any, is not the limit) keeps singles.
+//   - A single window that did not keep up starts a probe, unless one ran less than the probe
+//     interval ago: the grouper sends batches for one window.
+//   - While batching, a probe of singles runs once the probe interval has passed since the last.
+//   - A probe ends with its window; then, from the latest window of each way: singles if the
+//     single window kept up, else batches if their rate was at least autoGain times the singles'
+//     rate, else singles. Batches must win by a wide margin; that and the probe interval, which
+//     doubles after every probe (up to autoProbeMax) and falls back to autoProbeMin only when a
+//     single window keeps up, are the hysteresis.
+//
+// What it sees: with sync_interval: always on one node every single write is an fsync, so
+// singles back up at the disk's fsync rate and batches (two fsyncs for up to 1000 writes) are
+// many times faster; without it, or on a replicated stream, batches are no faster (or slower)
+// and singles stay. The client cannot read the server's sync setting; the rates show it.
+
+// Settings of the policy.
+const (
+	autoWindow   = 100 * time.Millisecond // least length of a measurement window
+	autoGain     = 2.0                    // batches must complete this many times the writes/s of singles
+	autoProbeMin = time.Second            // probe interval after a single window kept up
+	autoProbeMax = 30 * time.Second       // the probe interval doubles up to this
+)
+
+// sendMode is how the grouper sends writes.
+type sendMode uint8
+
+const (
+	sendSingles sendMode = iota // each on its own, pipelined
+	sendBatches                 // in atomic batches
+)
+
+func (m sendMode) String() string {
+	if m == sendBatches {
+		return "batches"
+	}
+	return "singles"
+}
+
+// completion is what the grouper reports when writes complete.
+type completion struct {
+	mode    sendMode // how they were sent
+	writes  int      // how many completed (a batch's writes complete together)
+	backlog bool     // writes were waiting in the grouper, held back by its limit in flight
+}
+
+// windowResult is what a finished window measured.
+type windowResult struct {
+	valid  bool
+	rate   float64 // writes completed per second
+	keptUp bool    // some completion in the window saw no backlog
+}
+
+type autoPolicy struct {
+	mode     sendMode
+	probing  bool          // the current window is a probe of mode
+	next     time.Time     // no probe starts before this
+	interval time.Duration // from the end of a probe to the next one's earliest start
+
+	// The open window: since its first completion at start, writes completed after that one,
+	// and whether every completion saw a backlog.
+	open    bool
+	start   time.Time
+	writes  int
+	events  int
+	backlog bool
+
+	last [2]windowResult // the latest finished window of each mode
+
+	probes, switches uint64 // probes started; changes of the mode kept after a probe
+}
+
+func newAutoPolicy() *autoPolicy { return &autoPolicy{interval: autoProbeMin} }
+
+// observe takes a completion at now and returns how to send from now on.
+func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
+	if c.mode != p.mode {
+		return p.mode
+	}
+	if !p.open {
+		p.open, p.start, p.writes, p.events, p.backlog = true, now, 0, 0, c.backlog
+		return p.mode
+	}
+	p.writes += c.writes
+	p.events++
+	p.backlog = p.backlog && c.backlog
+	d := now.Sub(p.start)
+	if d < autoWindow {
+		return p.mode
+	}
+	p.open = false
+	r := windowResult{valid: true, rate: float64(p.writes) / d.Seconds(), keptUp: !p.backlog}
+	p.last[p.mode] = r
+	switch {
+	case p.probing:
+		p.probing = false
+		before := sendSingles // the mode the probe interrupted
+		if p.mode == sendSingles {
+			before = sendBatches
+		}
+		p.mode = p.choose()
+		if p.mode != before {
+			p.switches++
+		}
+		p.next = now.Add(p.interval)
+		p.interval = min(2*p.interval, autoProbeMax)
+	case p.mode == sendSingles && r.keptUp:
+		p.interval = autoProbeMin
+	case p.mode == sendSingles && !now.Before(p.next):
+		p.probing, p.mode = true, sendBatches
+		p.probes++
+	case p.mode == sendBatches && !now.Before(p.next):
+		p.probing, p.mode = true, sendSingles
+		p.probes++
+	}
+	return p.mode
+}
+
+// choose picks the mode from the latest window of each.
+func (p *autoPolicy) choose() sendMode {
+	s, b := p.last[sendSingles], p.last[sendBatches]
+	if !s.valid || s.keptUp || !b.valid || b.rate < autoGain*s.rate {
+		return sendSingles
+	}
+	return sendBatches
+}
