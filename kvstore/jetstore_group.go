@@ -146,7 +146,7 @@ type grouper struct {
 	auto     bool
 	batching atomic.Bool  // the policy's mode is sendBatches; read by run
 	singles  atomic.Int64 // single writes sent by the grouper and not yet answered
-	held     atomic.Int64 // writes run holds back (taken from the queue, not sent)
+	backlog  atomic.Bool  // run holds writes back for the limit in flight, or a full batch waits
 	autoMu   sync.Mutex   // guards policy and pinned; taken by the waiters that report completions
 	policy   *autoPolicy
 	pinned   bool             // a test fixed the mode: the policy is not consulted
@@ -183,6 +183,16 @@ func (g *grouper) pin(m sendMode) {
 	g.autoMu.Unlock()
 	g.batching.Store(m == sendBatches)
 	g.poke()
+}
+
+// backedUp reports whether n writes that run could not send yet are a backlog: singles held back
+// by maxSinglesInFlight, or, when batching, a full batch waiting or writes held back by
+// maxBatchesInFlight (an open batch that waits for its delay is not one).
+func (g *grouper) backedUp(n int) bool {
+	if g.sendsSingles() {
+		return n > 0
+	}
+	return n >= g.max || n > 0 && g.flying.Load() >= maxBatchesInFlight
 }
 
 // sendsSingles reports whether the grouper sends each write on its own now (automatic grouping
@@ -254,7 +264,7 @@ func (g *grouper) run() {
 		g.queue = nil
 		if len(in) == 0 && len(pending) == 0 {
 			g.running = false
-			g.held.Store(0)
+			g.backlog.Store(false)
 			g.mu.Unlock()
 			return
 		}
@@ -288,7 +298,9 @@ func (g *grouper) run() {
 			close(b)
 		}
 		barriers = nil
-		g.held.Store(int64(len(pending)))
+		if g.auto {
+			g.backlog.Store(g.backedUp(len(pending)))
+		}
 		if len(pending) == 0 {
 			continue
 		}
@@ -328,11 +340,15 @@ func (g *grouper) cut(pending []groupOp) []groupOp {
 // send publishes batch: one write on its own, more as an atomic batch whose commit the waiters
 // take.
 func (g *grouper) send(batch []groupOp) {
+	mode := sendBatches // how the policy counts these writes: by the mode they were sent in
+	if g.sendsSingles() {
+		mode = sendSingles
+	}
 	live := batch[:0]
 	for _, o := range batch {
 		if err := o.op.ctx.Err(); err != nil { // never sent: it did not land
 			o.op.err = err
-			g.single(o)
+			g.single(o, mode)
 			continue
 		}
 		live = append(live, o)
@@ -341,7 +357,7 @@ func (g *grouper) send(batch []groupOp) {
 	case 0:
 		return
 	case 1:
-		g.single(live[0])
+		g.single(live[0], mode)
 		return
 	}
 	bop := &asyncOp{finish: func(_ context.Context, seq uint64, err error) { g.settle(live, seq, err) }}
@@ -350,7 +366,7 @@ func (g *grouper) send(batch []groupOp) {
 		bop.cancel()
 		g.rejected.Add(1)
 		for _, o := range live {
-			g.single(o)
+			g.single(o, sendBatches)
 		}
 		return
 	}
@@ -393,15 +409,16 @@ func (g *grouper) publishBatch(bop *asyncOp, batch []groupOp) error {
 }
 
 // single sends o on its own through the single path. An automatic grouper counts it until its
-// answer, and reports its completion to the policy.
-func (g *grouper) single(o groupOp) {
+// answer, and reports its completion to the policy as a write sent in mode: a batch of one, or a
+// write of a refused batch, counts as batching.
+func (g *grouper) single(o groupOp, mode sendMode) {
 	<-g.room
 	if g.auto {
 		g.singles.Add(1)
 		finish := o.op.finish
 		o.op.finish = func(ctx context.Context, seq uint64, err error) {
 			g.singles.Add(-1)
-			g.observe(completion{mode: sendSingles, writes: 1, backlog: g.held.Load() > 0})
+			g.observe(completion{mode: mode, writes: 1, backlog: g.backlog.Load()})
 			g.poke()
 			finish(ctx, seq, err)
 		}
@@ -419,7 +436,7 @@ func (g *grouper) settle(batch []groupOp, seq uint64, err error) {
 		g.batches.Add(1)
 		g.batched.Add(uint64(len(batch)))
 		if g.auto {
-			g.observe(completion{mode: sendBatches, writes: len(batch), backlog: g.held.Load() > 0})
+			g.observe(completion{mode: sendBatches, writes: len(batch), backlog: g.backlog.Load()})
 		}
 		for i, o := range batch {
 			g.done(o, seq-uint64(len(batch)-1-i), nil)
@@ -427,7 +444,7 @@ func (g *grouper) settle(batch []groupOp, seq uint64, err error) {
 	case notApplied(err):
 		g.rejected.Add(1)
 		for _, o := range batch {
-			g.single(o)
+			g.single(o, sendBatches)
 		}
 	default:
 		g.unknown.Add(1)

@@ -12,20 +12,26 @@ import "time"
 //
 // It measures in windows: a window opens at the first completion of writes sent the current way
 // and closes at the first completion at least autoWindow later, with the rate (writes completed
-// after its first completion, per second) and whether it kept up (some completion in it saw no
-// backlog). Completions of writes sent the other way (still in flight from before a switch) are
-// not counted, so a window measures only the way it is named after.
+// after its first completion, per second) and whether it kept up (at most half of its
+// completions saw a backlog). Completions of writes sent the other way (still in flight from
+// before a switch) are not counted, so a window measures only the way it is named after. A window
+// that closes more than autoIdle after it opened spanned a pause in the writes: its rate says
+// nothing, unless writes were backed up meanwhile (then the pause was the writes' own slowness).
 //
 //   - Singles are the default and the preference. A single window that kept up (the pipeline is
 //     shallow: the fsync, if any, is not the limit) keeps singles.
 //   - A single window that did not keep up starts a probe, unless one ran less than the probe
 //     interval ago: the grouper sends batches for one window.
-//   - While batching, a probe of singles runs once the probe interval has passed since the last.
+//   - While batching, a probe of singles runs once the probe interval has passed since the last,
+//     at the close of a window that did not span a pause (so a pause between bursts keeps batches
+//     for the next burst).
 //   - A probe ends with its window; then, from the latest window of each way: singles if the
-//     single window kept up, else batches if their rate was at least autoGain times the singles'
-//     rate, else singles. Batches must win by a wide margin; that and the probe interval, which
-//     doubles after every probe (up to autoProbeMax) and falls back to autoProbeMin only when a
-//     single window keeps up, are the hysteresis.
+//     single window kept up; else batches if the batch window kept up (batches kept up where
+//     singles did not) or their rate was at least autoGain times the singles'; else singles.
+//     A probe whose window spanned a pause is void: the mode goes back to what it was.
+//   - Batches must win by a wide margin; that and the probe interval, which doubles after every
+//     probe (up to autoProbeMax) and falls back to autoProbeMin only when a single window keeps
+//     up, are the hysteresis.
 //
 // What it sees: with sync_interval: always on one node every single write is an fsync, so
 // singles back up at the disk's fsync rate and batches (two fsyncs for up to 1000 writes) are
@@ -35,6 +41,7 @@ import "time"
 // Settings of the policy.
 const (
 	autoWindow   = 100 * time.Millisecond // least length of a measurement window
+	autoIdle     = time.Second            // a window longer than this spanned a pause
 	autoGain     = 2.0                    // batches must complete this many times the writes/s of singles
 	autoProbeMin = time.Second            // probe interval after a single window kept up
 	autoProbeMax = 30 * time.Second       // the probe interval doubles up to this
@@ -76,12 +83,12 @@ type autoPolicy struct {
 	interval time.Duration // from the end of a probe to the next one's earliest start
 
 	// The open window: since its first completion at start, writes completed after that one,
-	// and whether every completion saw a backlog.
+	// completions, and those that saw a backlog.
 	open    bool
 	start   time.Time
 	writes  int
 	events  int
-	backlog bool
+	backlog int
 
 	last [2]windowResult // the latest finished window of each mode
 
@@ -96,26 +103,42 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 		return p.mode
 	}
 	if !p.open {
-		p.open, p.start, p.writes, p.events, p.backlog = true, now, 0, 0, c.backlog
+		p.open, p.start, p.writes, p.events, p.backlog = true, now, 0, 1, 0
+		if c.backlog {
+			p.backlog = 1
+		}
 		return p.mode
 	}
 	p.writes += c.writes
 	p.events++
-	p.backlog = p.backlog && c.backlog
+	if c.backlog {
+		p.backlog++
+	}
 	d := now.Sub(p.start)
 	if d < autoWindow {
 		return p.mode
 	}
 	p.open = false
-	r := windowResult{valid: true, rate: float64(p.writes) / d.Seconds(), keptUp: !p.backlog}
+	before := sendSingles // the other mode: the one a probe interrupted
+	if p.mode == sendSingles {
+		before = sendBatches
+	}
+	keptUp := 2*p.backlog <= p.events
+	if d > autoIdle && keptUp { // a pause: no rate
+		switch {
+		case p.probing:
+			p.probing, p.mode, p.next = false, before, now
+		case p.mode == sendSingles:
+			p.interval = autoProbeMin
+		}
+		// A new window opens at this completion.
+		return p.observe(now, c)
+	}
+	r := windowResult{valid: true, rate: float64(p.writes) / d.Seconds(), keptUp: keptUp}
 	p.last[p.mode] = r
 	switch {
 	case p.probing:
 		p.probing = false
-		before := sendSingles // the mode the probe interrupted
-		if p.mode == sendSingles {
-			before = sendBatches
-		}
 		p.mode = p.choose()
 		if p.mode != before {
 			p.switches++
@@ -137,7 +160,7 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 // choose picks the mode from the latest window of each.
 func (p *autoPolicy) choose() sendMode {
 	s, b := p.last[sendSingles], p.last[sendBatches]
-	if !s.valid || s.keptUp || !b.valid || b.rate < autoGain*s.rate {
+	if !s.valid || s.keptUp || !b.valid || !b.keptUp && b.rate < autoGain*s.rate {
 		return sendSingles
 	}
 	return sendBatches
