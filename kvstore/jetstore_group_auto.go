@@ -64,7 +64,7 @@ func (m sendMode) String() string {
 
 // completion is what the grouper reports when writes complete.
 type completion struct {
-	mode    sendMode // how they were sent
+	mode    sendMode // the mode they were sent in (a batch of one is sent alone, in sendBatches)
 	writes  int      // how many completed (a batch's writes complete together)
 	backlog bool     // writes were waiting in the grouper, held back by its limit in flight
 }
@@ -86,6 +86,7 @@ type autoPolicy struct {
 	// completions, and those that saw a backlog.
 	open    bool
 	start   time.Time
+	prev    time.Time // the window's latest completion
 	writes  int
 	events  int
 	backlog int
@@ -103,12 +104,23 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 		return p.mode
 	}
 	if !p.open {
-		p.open, p.start, p.writes, p.events, p.backlog = true, now, 0, 1, 0
+		p.open, p.start, p.prev, p.writes, p.events, p.backlog = true, now, now, 0, 1, 0
 		if c.backlog {
 			p.backlog = 1
 		}
 		return p.mode
 	}
+	if now.Sub(p.prev) > autoIdle { // a pause: the window has no rate
+		p.open = false
+		switch {
+		case p.probing: // void: back to the mode it interrupted
+			p.probing, p.mode, p.next = false, p.other(), now
+		case p.mode == sendSingles:
+			p.interval = autoProbeMin
+		}
+		return p.observe(now, c) // a window of the mode opens at this completion, if it counts
+	}
+	p.prev = now
 	p.writes += c.writes
 	p.events++
 	if c.backlog {
@@ -119,26 +131,12 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 		return p.mode
 	}
 	p.open = false
-	before := sendSingles // the other mode: the one a probe interrupted
-	if p.mode == sendSingles {
-		before = sendBatches
-	}
-	keptUp := 2*p.backlog <= p.events
-	if d > autoIdle && keptUp { // a pause: no rate
-		switch {
-		case p.probing:
-			p.probing, p.mode, p.next = false, before, now
-		case p.mode == sendSingles:
-			p.interval = autoProbeMin
-		}
-		// A new window opens at this completion.
-		return p.observe(now, c)
-	}
-	r := windowResult{valid: true, rate: float64(p.writes) / d.Seconds(), keptUp: keptUp}
+	r := windowResult{valid: true, rate: float64(p.writes) / d.Seconds(), keptUp: 2*p.backlog <= p.events}
 	p.last[p.mode] = r
 	switch {
 	case p.probing:
 		p.probing = false
+		before := p.other() // the mode the probe interrupted
 		p.mode = p.choose()
 		if p.mode != before {
 			p.switches++
@@ -160,8 +158,18 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 // choose picks the mode from the latest window of each.
 func (p *autoPolicy) choose() sendMode {
 	s, b := p.last[sendSingles], p.last[sendBatches]
-	if !s.valid || s.keptUp || !b.valid || !b.keptUp && b.rate < autoGain*s.rate {
+	switch {
+	case !s.valid || s.keptUp || !b.valid:
 		return sendSingles
+	case b.rate >= autoGain*s.rate, b.keptUp && b.rate >= s.rate:
+		return sendBatches
 	}
-	return sendBatches
+	return sendSingles
+}
+
+func (p *autoPolicy) other() sendMode {
+	if p.mode == sendSingles {
+		return sendBatches
+	}
+	return sendSingles
 }
