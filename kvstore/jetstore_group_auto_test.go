@@ -20,16 +20,17 @@ func TestJetStoreAutoShallowWritesGoAlone(t *testing.T) {
 	if !s.Grouping() {
 		t.Fatal("the default store does not group")
 	}
-	const n = 200
-	for i := range n {
-		id := fmt.Sprintf("alone-%d", i)
+	// Long enough for several of the policy's measurement windows (100ms each) to close.
+	n := 0
+	for start := time.Now(); n < 200 || time.Since(start) < 500*time.Millisecond; n++ {
+		id := fmt.Sprintf("alone-%d", n)
 		e := mustCreate(t, s, newTask(id))
 		if _, err := updateAsync(testContext(t), s, running(id, "r1"), e.Revision); err != nil {
 			t.Fatal(err)
 		}
 	}
 	st := s.WriteStats()
-	if !st.Auto || st.Batching || st.Probes != 0 || st.Batches != 0 || st.Singles != n {
+	if !st.Auto || st.Batching || st.Probes != 0 || st.Batches != 0 || st.Singles != uint64(n) {
 		t.Fatalf("%+v; want automatic, %d single writes, no probe, no batch", st, n)
 	}
 }
