@@ -19,16 +19,26 @@ import (
 // Grouped writes.
 //
 // Under sync_interval: always every JetStream write is an fsync, so one write per state change
-// caps the store at the disk's fsync rate. With Config.BatchMax above 1, on a stream that allows
-// atomic publish (server 2.12+), the async writes go out in groups instead: a grouper goroutine,
-// started when work arrives and gone when it has none, collects them into an open batch and
-// flushes it when it holds BatchMax writes or BatchDelay after its first write joined. A flushed
+// caps the store at the disk's fsync rate. Unless Config.BatchMax is 1, on a stream that allows
+// atomic publish (server 2.12+), the async writes go through a grouper goroutine, started when
+// work arrives and gone when it has none. With BatchMax above 1 it groups them always: it
+// collects them into an open batch and flushes it when it holds BatchMax writes or BatchDelay
+// after its first write joined. With BatchAuto (0, the default) it groups only while that pays,
+// as an autoPolicy decides (jetstore_group_auto.go): in its single mode it sends each write on its
+// own at once, as the single path does, keeping at most maxSinglesInFlight unanswered and the rest
+// in order behind them (the backlog the policy sees, which a switch to batches takes at once); in
+// its batch mode it groups as with BatchMax 1000. Every completion (a single write's answer, a
+// committed batch) is reported to the policy with the mode the write was sent in, and the
+// policy's answer applies from the next write the grouper sends. The rules below (order, one
+// write per key per batch, refusal and unknown outcome, back-pressure) hold in both modes and
+// across a switch: a switch changes only how the writes still in the grouper go out, in order. A flushed
 // batch is one atomic batch publish, which the server checks and stores whole or not at all, with
 // one fsync of the stream (one raft proposal on a replicated stream). Each message keeps its own
 // headers: the expected last subject sequence (the CAS), Nats-TTL, the purge marker's rollup.
 // The price: on one node with file storage the server stages each batch in a file store of its
 // own that it fsyncs at the commit, so without sync_interval: always, where single writes are
-// never fsynced, grouping is slower than single writes (bench/README.md, "After grouped writes").
+// never fsynced, grouping is slower than single writes (bench/README.md, "After grouped writes"),
+// which is why the automatic mode needs batches to beat singles by far before it keeps them.
 //
 // Order. The grouper sends every batch itself, in order, on the store's connection: the batch's
 // messages as core publishes with jetstreamext's batch headers, its commit as a pipelined

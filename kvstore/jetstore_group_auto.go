@@ -14,21 +14,22 @@ import "time"
 // and closes at the first completion at least autoWindow later, with the rate (writes completed
 // after its first completion, per second) and whether it kept up (at most half of its
 // completions saw a backlog). Completions of writes sent the other way (still in flight from
-// before a switch) are not counted, so a window measures only the way it is named after. A window
-// that closes more than autoIdle after it opened spanned a pause in the writes: its rate says
-// nothing, unless writes were backed up meanwhile (then the pause was the writes' own slowness).
+// before a switch) are not counted, so a window measures only the way it is named after. Two
+// completions more than autoIdle apart end a window without a result: it spanned a pause in the
+// writes, and its rate would say nothing.
 //
 //   - Singles are the default and the preference. A single window that kept up (the pipeline is
 //     shallow: the fsync, if any, is not the limit) keeps singles.
 //   - A single window that did not keep up starts a probe, unless one ran less than the probe
 //     interval ago: the grouper sends batches for one window.
 //   - While batching, a probe of singles runs once the probe interval has passed since the last,
-//     at the close of a window that did not span a pause (so a pause between bursts keeps batches
-//     for the next burst).
+//     at the close of a window (so a pause between bursts keeps batches for the next burst).
 //   - A probe ends with its window; then, from the latest window of each way: singles if the
-//     single window kept up; else batches if the batch window kept up (batches kept up where
-//     singles did not) or their rate was at least autoGain times the singles'; else singles.
-//     A probe whose window spanned a pause is void: the mode goes back to what it was.
+//     single window kept up; else batches if their rate was at least autoGain times the singles',
+//     or if the batch window kept up at no less than the singles' rate (batches did what singles
+//     could not); else singles (a batch window that kept up at a lower rate only says the writes
+//     slowed down). A probe whose window spanned a pause is void: the mode goes back to what it
+//     was.
 //   - Batches must win by a wide margin; that and the probe interval, which doubles after every
 //     probe (up to autoProbeMax) and falls back to autoProbeMin only when a single window keeps
 //     up, are the hysteresis.
@@ -41,7 +42,7 @@ import "time"
 // Settings of the policy.
 const (
 	autoWindow   = 100 * time.Millisecond // least length of a measurement window
-	autoIdle     = time.Second            // a window longer than this spanned a pause
+	autoIdle     = time.Second            // completions further apart than this are a pause
 	autoGain     = 2.0                    // batches must complete this many times the writes/s of singles
 	autoProbeMin = time.Second            // probe interval after a single window kept up
 	autoProbeMax = 30 * time.Second       // the probe interval doubles up to this
