@@ -25,9 +25,9 @@ import "time"
 //   - While batching, a probe of singles runs once the probe interval has passed since the last,
 //     at the close of a window (so a pause between bursts keeps batches for the next burst).
 //   - A probe ends with its window; then, from the latest window of each way: singles if the
-//     single window kept up; else batches if their rate was at least autoGain times the singles',
-//     or if the batch window kept up at no less than the singles' rate (batches did what singles
-//     could not); else singles (a batch window that kept up at a lower rate only says the writes
+//     single window kept up; else batches if their rate was at least autoGain times the singles'
+//     (the best of the last autoSinglesKept single windows that backed up), or if the batch
+//     window kept up at no less than that (batches did what singles could not); else singles (a batch window that kept up at a lower rate only says the writes
 //     slowed down). A probe whose window spanned a pause is void: the mode goes back to what it
 //     was.
 //   - Batches must win by a wide margin; that and the probe interval, which doubles after every
@@ -46,6 +46,10 @@ const (
 	autoGain     = 2.0                    // batches must complete this many times the writes/s of singles
 	autoProbeMin = time.Second            // probe interval after a single window kept up
 	autoProbeMax = 30 * time.Second       // the probe interval doubles up to this
+	// Batches are measured against the best of this many recent single windows that backed up:
+	// the single rate varies with what else the machine does, and one low reading must not make
+	// batches look better than they are.
+	autoSinglesKept = 3
 )
 
 // sendMode is how the grouper sends writes.
@@ -93,6 +97,10 @@ type autoPolicy struct {
 	backlog int
 
 	last [2]windowResult // the latest finished window of each mode
+	// The rates of the latest autoSinglesKept single windows that did not keep up: what singles
+	// do at best is the highest.
+	singleRates [autoSinglesKept]float64
+	singleNext  int
 
 	probes, switches uint64 // probes started; changes of the mode kept after a probe
 }
@@ -134,6 +142,10 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 	p.open = false
 	r := windowResult{valid: true, rate: float64(p.writes) / d.Seconds(), keptUp: 2*p.backlog <= p.events}
 	p.last[p.mode] = r
+	if p.mode == sendSingles && !r.keptUp {
+		p.singleRates[p.singleNext] = r.rate
+		p.singleNext = (p.singleNext + 1) % autoSinglesKept
+	}
 	switch {
 	case p.probing:
 		p.probing = false
@@ -159,10 +171,15 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 // choose picks the mode from the latest window of each.
 func (p *autoPolicy) choose() sendMode {
 	s, b := p.last[sendSingles], p.last[sendBatches]
-	switch {
-	case !s.valid || s.keptUp || !b.valid:
+	if !s.valid || s.keptUp || !b.valid {
 		return sendSingles
-	case b.rate >= autoGain*s.rate, b.keptUp && b.rate >= s.rate:
+	}
+	best := s.rate
+	for _, r := range p.singleRates {
+		best = max(best, r)
+	}
+	switch {
+	case b.rate >= autoGain*best, b.keptUp && b.rate >= best:
 		return sendBatches
 	}
 	return sendSingles

@@ -112,6 +112,7 @@ func TestAutoPolicyChoose(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		s, b windowResult
+		best float64 // an earlier single window's rate
 		want sendMode
 	}{
 		{name: "singles kept up", s: kept(1000), b: backed(50000), want: sendSingles},
@@ -120,9 +121,13 @@ func TestAutoPolicyChoose(t *testing.T) {
 		{name: "batches kept up, faster", s: backed(1000), b: kept(1100), want: sendBatches},
 		{name: "batches kept up, slower: the load dropped", s: backed(1000), b: kept(900), want: sendSingles},
 		{name: "no batch window", s: backed(1000), want: sendSingles},
+		{name: "batches 2x the latest singles, not 2x their best", s: backed(1000), b: backed(2500), best: 1500, want: sendSingles},
+		{name: "batches kept up short of the best singles", s: backed(1000), b: kept(1400), best: 1500, want: sendSingles},
+		{name: "batches 2x the best singles", s: backed(1000), b: backed(3000), best: 1500, want: sendBatches},
 	} {
 		p := newAutoPolicy()
 		p.last = [2]windowResult{c.s, c.b}
+		p.singleRates[0] = c.best
 		if got := p.choose(); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
@@ -183,5 +188,33 @@ func TestAutoPolicyIntervalResets(t *testing.T) {
 	drive(p, &now, time.Second, server{sendSingles: {every: 10 * time.Millisecond, writes: 1}})
 	if p.interval != autoProbeMin {
 		t.Fatalf("interval %v after singles kept up; want %v", p.interval, autoProbeMin)
+	}
+}
+
+// Singles whose rate swings with the machine's load: one window at 3,000/s among windows at
+// 10,000/s, just as a probe is due, must not make batches at 8,000/s win.
+func TestAutoPolicyNoisySingles(t *testing.T) {
+	fast := server{sendSingles: {every: 100 * time.Microsecond, writes: 1, backlog: true},
+		sendBatches: {every: 125 * time.Millisecond, writes: 1000, backlog: true}}
+	slow := fast
+	slow[sendSingles].every = 333 * time.Microsecond
+	p, now := newAutoPolicy(), t0
+	drive(p, &now, 500*time.Millisecond, fast) // a probe of batches lost
+	if p.mode != sendSingles || p.probes != 1 {
+		t.Fatalf("mode %v, %d probes; want singles after one probe", p.mode, p.probes)
+	}
+	// Fast singles until the next probe is nearly due and a window has just closed.
+	for now.Before(p.next.Add(-150*time.Millisecond)) || p.open {
+		drive(p, &now, 100*time.Microsecond, fast)
+	}
+	for p.probes == 1 { // slow singles until the next probe starts
+		drive(p, &now, time.Millisecond, slow)
+	}
+	if p.last[sendSingles].rate > 3100 {
+		t.Fatalf("the probe came after a single window at %.0f/s", p.last[sendSingles].rate)
+	}
+	drive(p, &now, 500*time.Millisecond, fast)
+	if p.switches != 0 || p.mode != sendSingles {
+		t.Fatalf("%d switches, mode %v; want singles kept", p.switches, p.mode)
 	}
 }
