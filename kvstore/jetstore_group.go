@@ -84,10 +84,15 @@ const (
 	maxBatchesInFlight = 8    // unanswered batches of one store (server: 50 per stream)
 )
 
-// maxSinglesInFlight bounds the unanswered single writes of an automatic grouper: more wait in
-// the grouper, where a switch to batches takes them at once, and where their wait is the backlog
-// the policy sees.
-const maxSinglesInFlight = 512
+// Limits of an automatic grouper. maxSinglesInFlight bounds its unanswered single writes: more
+// wait in the grouper, where a switch to batches takes them at once, and where their wait is the
+// backlog the policy sees. autoGroupedWrites is its maxGroupedWrites: with the singles in flight,
+// about as deep a pipeline as single writes alone have (nats.go's 4000 pending acks), so that a
+// write waits no longer for its turn than it would on the single path.
+const (
+	maxSinglesInFlight = 2048
+	autoGroupedWrites  = 4096
+)
 
 // maxGroupedWrites is how many writes may wait in the grouper or fly in batches.
 func maxGroupedWrites(batchMax int) int { return max(4096, (maxBatchesInFlight+1)*batchMax) }
@@ -168,7 +173,11 @@ func newGrouper(s *JetStore, batchMax int, delay time.Duration) *grouper {
 	if batchMax == BatchAuto {
 		g.max, g.auto, g.policy, g.now = maxBatchSize, true, newAutoPolicy(), time.Now
 	}
-	g.room = make(chan struct{}, maxGroupedWrites(g.max))
+	room := maxGroupedWrites(g.max)
+	if g.auto {
+		room = autoGroupedWrites
+	}
+	g.room = make(chan struct{}, room)
 	return g
 }
 
