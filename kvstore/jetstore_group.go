@@ -73,8 +73,10 @@ import (
 // "outcome unknown", as a single write would, and is not sent again. A batch of one write is
 // sent as a single write.
 //
-// Back-pressure: at most maxGroupedWrites(BatchMax) writes wait in the grouper or fly in
-// batches; beyond that the async call waits for room, up to the write's deadline. The grouper
+// Back-pressure: at most maxGroupedWrites(BatchMax) writes (autoGroupedWrites when automatic)
+// wait in the grouper or fly in batches, besides single writes in flight (at most
+// maxSinglesInFlight from an automatic grouper's single mode); beyond that the async call waits
+// for room, up to the write's deadline. The grouper
 // itself never waits for the waiters (a held-back batch waits for a wake), so a waiter's done
 // may call into the store.
 
