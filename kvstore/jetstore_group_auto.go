@@ -44,8 +44,8 @@ const (
 	autoWindow   = 100 * time.Millisecond // least length of a measurement window
 	autoIdle     = time.Second            // completions further apart than this are a pause
 	autoGain     = 2.0                    // batches must complete this many times the writes/s of singles
-	autoProbeMin = time.Second            // probe interval after a single window kept up
-	autoProbeMax = 30 * time.Second       // the probe interval doubles up to this
+	autoProbeMin = 5 * time.Second        // probe interval after a single window kept up
+	autoProbeMax = time.Minute            // the probe interval doubles up to this
 	// Batches are measured against the best of this many recent single windows that backed up:
 	// the single rate varies with what else the machine does, and one low reading must not make
 	// batches look better than they are.

@@ -71,9 +71,10 @@ func TestAutoPolicyBatchesWhenSinglesAreFsyncBound(t *testing.T) {
 	if p.mode != sendBatches {
 		t.Fatalf("after a minute: %v", p.mode)
 	}
-	// Probes of singles after 2s, 4s, 8s, 16s, 30s: 5 in the minute, each about two windows.
-	if p.probes != 1+5 || p.switches != 1 {
-		t.Errorf("%d probes, %d switches; want 6 probes, 1 switch", p.probes, p.switches)
+	// Probes of singles after 5s, 10s, 20s (the interval doubles): 3 in the minute, each about
+	// two windows.
+	if p.probes != 1+3 || p.switches != 1 {
+		t.Errorf("%d probes, %d switches; want 4 probes, 1 switch", p.probes, p.switches)
 	}
 	if spent[sendSingles] > time.Second {
 		t.Errorf("%v of the minute in singles", spent[sendSingles])
@@ -95,8 +96,8 @@ func TestAutoPolicySinglesWhenBatchesAreNotFarFaster(t *testing.T) {
 			if p.mode != sendSingles || p.switches != 0 {
 				t.Fatalf("mode %v, %d switches; want singles", p.mode, p.switches)
 			}
-			// Probes after 1s, 2s, 4s, 8s, 16s, 30s: the interval doubles.
-			if p.probes < 5 || p.probes > 7 {
+			// Probes at once, then after 5s, 10s, 20s: the interval doubles.
+			if p.probes != 4 {
 				t.Errorf("%d probes in a minute", p.probes)
 			}
 			if spent[sendBatches] > 2*time.Second {
