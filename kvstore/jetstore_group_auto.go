@@ -20,8 +20,8 @@ import "time"
 //
 //   - Singles are the default and the preference. A single window that kept up (the pipeline is
 //     shallow: the fsync, if any, is not the limit) keeps singles.
-//   - A single window that did not keep up starts a probe, unless one ran less than the probe
-//     interval ago: the grouper sends batches for one window.
+//   - autoBackedUpWindows single windows in a row that did not keep up start a probe, unless one
+//     ran less than the probe interval ago: the grouper sends batches for one window.
 //   - While batching, a probe of singles runs once the probe interval has passed since the last,
 //     at the close of a window (so a pause between bursts keeps batches for the next burst).
 //   - A probe ends with its window; then, from the latest window of each way: singles if the
@@ -50,6 +50,10 @@ const (
 	// the single rate varies with what else the machine does, and one low reading must not make
 	// batches look better than they are.
 	autoSinglesKept = 3
+	// A probe of batches starts only after this many single windows in a row backed up: a short
+	// flurry of writes (a few thousand schedules at once) is not worth a probe, which under the
+	// default sync costs the latency of a staged batch.
+	autoBackedUpWindows = 3
 )
 
 // sendMode is how the grouper sends writes.
@@ -101,6 +105,7 @@ type autoPolicy struct {
 	// do at best is the highest.
 	singleRates [autoSinglesKept]float64
 	singleNext  int
+	backedUp    int // single windows in a row that did not keep up
 
 	probes, switches uint64 // probes started; changes of the mode kept after a probe
 }
@@ -125,7 +130,7 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 		case p.probing: // void: back to the mode it interrupted
 			p.probing, p.mode, p.next = false, p.other(), now
 		case p.mode == sendSingles:
-			p.interval = autoProbeMin
+			p.interval, p.backedUp = autoProbeMin, 0
 		}
 		return p.observe(now, c) // a window of the mode opens at this completion, if it counts
 	}
@@ -142,9 +147,13 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 	p.open = false
 	r := windowResult{valid: true, rate: float64(p.writes) / d.Seconds(), keptUp: 2*p.backlog <= p.events}
 	p.last[p.mode] = r
-	if p.mode == sendSingles && !r.keptUp {
+	switch {
+	case p.mode == sendSingles && r.keptUp:
+		p.backedUp = 0
+	case p.mode == sendSingles:
 		p.singleRates[p.singleNext] = r.rate
 		p.singleNext = (p.singleNext + 1) % autoSinglesKept
+		p.backedUp++
 	}
 	switch {
 	case p.probing:
@@ -158,7 +167,8 @@ func (p *autoPolicy) observe(now time.Time, c completion) sendMode {
 		p.interval = min(2*p.interval, autoProbeMax)
 	case p.mode == sendSingles && r.keptUp:
 		p.interval = autoProbeMin
-	case p.mode == sendSingles && !now.Before(p.next):
+	case p.mode == sendSingles && p.backedUp >= autoBackedUpWindows && !now.Before(p.next):
+		p.backedUp = 0
 		p.probing, p.mode = true, sendBatches
 		p.probes++
 	case p.mode == sendBatches && !now.Before(p.next):

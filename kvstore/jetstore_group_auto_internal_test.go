@@ -20,6 +20,9 @@ func drive(p *autoPolicy, now *time.Time, d time.Duration, srv server) (spent [2
 	for now.Before(end) {
 		m := p.mode
 		c := srv[m]
+		if c.every <= 0 {
+			panic("drive: the server has no completions for " + m.String())
+		}
 		*now = now.Add(c.every)
 		spent[m] += c.every
 		p.observe(*now, completion{mode: m, writes: c.writes, backlog: c.backlog})
@@ -217,5 +220,18 @@ func TestAutoPolicyNoisySingles(t *testing.T) {
 	drive(p, &now, 500*time.Millisecond, fast)
 	if p.switches != 0 || p.mode != sendSingles {
 		t.Fatalf("%d switches, mode %v; want singles kept", p.switches, p.mode)
+	}
+}
+
+// A flurry that backs singles up for less than autoBackedUpWindows windows starts no probe.
+func TestAutoPolicyFlurryStartsNoProbe(t *testing.T) {
+	p, now := newAutoPolicy(), t0
+	for range 10 {
+		drive(p, &now, time.Duration(autoBackedUpWindows-1)*autoWindow, fsyncBound)
+		drive(p, &now, time.Second, server{sendSingles: {every: 10 * time.Millisecond, writes: 1},
+			sendBatches: {every: 10 * time.Millisecond, writes: 1}})
+	}
+	if p.probes != 0 || p.mode != sendSingles {
+		t.Fatalf("%d probes, mode %v; want none, singles", p.probes, p.mode)
 	}
 }
