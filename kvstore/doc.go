@@ -31,7 +31,7 @@
 //     SubjectDeleteMarkerTTL alone. If the server refuses it, OpenJetStore fails.
 //   - Atomic batch publish (AllowAtomicPublish, server 2.12+), for grouped writes (below): set
 //     on a new bucket's stream right after it is created, and added to an existing one, by a
-//     stream update of that field alone, when Config.BatchMax is above 1. If the server refuses it
+//     stream update of that field alone, unless Config.BatchMax is 1. If the server refuses it
 //     (or ignores it), the store logs that once and sends every write on its own.
 //
 // # Revisions and CAS
@@ -45,10 +45,16 @@
 // a single-replica stream, 10164 on a replicated one; nats.go surfaces these as ErrKeyExists,
 // ErrKeyRevisionMismatch or a bare API error, and one function (mapError) translates them all.
 // The Async variants pipeline the same writes (published at once, completed in order by a few
-// goroutines) and report the same outcomes. With Config.BatchMax above 1 they are grouped: up to
-// BatchMax writes, collected for at most Config.BatchDelay, go out as one atomic batch publish
-// (one fsync under sync_interval: always, one raft proposal on a replicated bucket), each with
-// its own expected revision and TTL, at most one write per key in a batch. A batch the server
+// goroutines) and report the same outcomes. They may be grouped: up to Config.BatchMax writes,
+// collected for at most Config.BatchDelay, go out as one atomic batch publish (one fsync under
+// sync_interval: always, one raft proposal on a replicated bucket), each with its own expected
+// revision and TTL, at most one write per key in a batch. BatchMax above 1 groups always, 1
+// never; the default, BatchAuto, lets the store decide as it goes: single writes while they keep
+// up, and batches of up to 1000 while writes queue behind single writes and a measurement window
+// of batches completes at least twice the writes per second of singles (so on one node
+// with sync_interval: always, where every single write is an fsync, and not where the server's
+// staging of each batch costs more than it saves). It tries the other way now and then, less
+// often each time it stays (jetstore_group_auto.go), and WriteStats says what it decided. A batch the server
 // refuses (one stale revision, a busy key, a create over a marker) stored nothing, and its writes
 // go out again one by one, so each reports what it would have alone; a batch without an answer
 // reports "outcome unknown" for each of its writes (jetstore_group.go). A write that no server takes (a replicated bucket

@@ -25,9 +25,12 @@ const (
 	DefaultRetention   = 24 * time.Hour
 	DefaultMarkerTTL   = 15 * time.Minute
 	DefaultWatchBuffer = 4096
-	DefaultBatchMax    = 1
+	DefaultBatchMax    = BatchAuto
 	DefaultBatchDelay  = time.Millisecond
 )
+
+// BatchAuto as Config.BatchMax lets the store pick single writes or atomic batches by itself.
+const BatchAuto = 0
 
 // MetaPartitions is the bucket metadata key that records the partition count.
 const MetaPartitions = "ax.partitions"
@@ -68,15 +71,17 @@ type Config struct {
 	// sending (the ordered consumer's flow control) until the reader catches up.
 	WatchBuffer int
 	// BatchMax is the most async writes (CreateAsync, UpdateAsync, DeleteAsync) grouped into one
-	// atomic batch publish, at most 1000 (the server's default limit). The default, 1, sends each
-	// write on its own, pipelined. Grouping pays on a single node with sync_interval: always,
-	// where every single write is an fsync (a 20k burst drained about 10x faster with 1000 than
-	// native schedules, against about their time with 1); without it, or on a replicated bucket,
-	// it costs more than it saves (the server stages and fsyncs each batch on its own), and the
-	// store cannot see the server's sync setting, so it does not choose by itself. Grouping needs
-	// a server that allows atomic publish (2.12+): OpenJetStore turns AllowAtomicPublish on for the
-	// bucket's stream, and if the server refuses, logs it once and sends each write on its own.
-	// See jetstore_group.go and bench/README.md.
+	// atomic batch publish, at most 1000 (the server's default limit); 1 sends each write on its
+	// own, pipelined. The default, BatchAuto (0), lets the store choose as it goes: single writes
+	// while they keep up, batches of up to 1000 while writes queue behind single writes that
+	// batches beat by a wide margin, measured online (jetstore_group_auto.go). Grouping pays on a
+	// single node with sync_interval: always, where every single write is an fsync (a 20k burst
+	// drained about 6x faster than native schedules with 1000, in about their time with 1);
+	// without it, or on a replicated bucket, it costs more than it saves (the server stages and
+	// fsyncs each batch on its own), and the store cannot read the server's sync setting. Grouping
+	// needs a server that allows atomic publish (2.12+): unless BatchMax is 1, OpenJetStore turns
+	// AllowAtomicPublish on for the bucket's stream, and if the server refuses, logs it once and
+	// sends each write on its own. See jetstore_group.go and bench/README.md.
 	BatchMax int
 	// BatchDelay is how long a batch that is not full waits for more writes after its first
 	// (default 1ms, at most 100ms).
@@ -115,8 +120,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("kvstore: marker TTL %v: want at least 1s", c.MarkerTTL)
 	case c.WatchBuffer < 1:
 		return fmt.Errorf("kvstore: watch buffer %d: want at least 1", c.WatchBuffer)
-	case c.BatchMax < 1 || c.BatchMax > maxBatchSize:
-		return fmt.Errorf("kvstore: batch max %d out of range 1..%d", c.BatchMax, maxBatchSize)
+	case c.BatchMax < 0 || c.BatchMax > maxBatchSize:
+		return fmt.Errorf("kvstore: batch max %d out of range 0 (auto)..%d", c.BatchMax, maxBatchSize)
 	case c.BatchDelay < 0 || c.BatchDelay > 100*time.Millisecond:
 		return fmt.Errorf("kvstore: batch delay %v out of range 0..100ms", c.BatchDelay)
 	}
@@ -198,7 +203,7 @@ func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*Jet
 	s := &JetStore{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".",
 		msgGet:       apiPrefix(js.Options()) + "STREAM.MSG.GET.KV_" + cfg.Bucket,
 		retentionTTL: cfg.Retention.String(), markerTTL: cfg.MarkerTTL.String()}
-	if cfg.BatchMax > 1 && allowAtomic(ctx, js, sc, cfg) {
+	if cfg.BatchMax != 1 && allowAtomic(ctx, js, sc, cfg) {
 		s.group = newGrouper(s, cfg.BatchMax, cfg.BatchDelay)
 	}
 	return s, nil

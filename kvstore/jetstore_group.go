@@ -19,16 +19,26 @@ import (
 // Grouped writes.
 //
 // Under sync_interval: always every JetStream write is an fsync, so one write per state change
-// caps the store at the disk's fsync rate. With Config.BatchMax above 1, on a stream that allows
-// atomic publish (server 2.12+), the async writes go out in groups instead: a grouper goroutine,
-// started when work arrives and gone when it has none, collects them into an open batch and
-// flushes it when it holds BatchMax writes or BatchDelay after its first write joined. A flushed
+// caps the store at the disk's fsync rate. Unless Config.BatchMax is 1, on a stream that allows
+// atomic publish (server 2.12+), the async writes go through a grouper goroutine, started when
+// work arrives and gone when it has none. With BatchMax above 1 it groups them always: it
+// collects them into an open batch and flushes it when it holds BatchMax writes or BatchDelay
+// after its first write joined. With BatchAuto (0, the default) it groups only while that pays,
+// as an autoPolicy decides (jetstore_group_auto.go): in its single mode it sends each write on its
+// own at once, as the single path does, keeping at most maxSinglesInFlight unanswered and the rest
+// in order behind them (the backlog the policy sees, which a switch to batches takes at once); in
+// its batch mode it groups as with BatchMax 1000. Every completion (a single write's answer, a
+// committed batch) is reported to the policy with the mode the write was sent in, and the
+// policy's answer applies from the next write the grouper sends. The rules below (order, one
+// write per key per batch, refusal and unknown outcome, back-pressure) hold in both modes and
+// across a switch: a switch changes only how the writes still in the grouper go out, in order. A flushed
 // batch is one atomic batch publish, which the server checks and stores whole or not at all, with
 // one fsync of the stream (one raft proposal on a replicated stream). Each message keeps its own
 // headers: the expected last subject sequence (the CAS), Nats-TTL, the purge marker's rollup.
 // The price: on one node with file storage the server stages each batch in a file store of its
 // own that it fsyncs at the commit, so without sync_interval: always, where single writes are
-// never fsynced, grouping is slower than single writes (bench/README.md, "After grouped writes").
+// never fsynced, grouping is slower than single writes (bench/README.md, "After grouped writes"),
+// which is why the automatic mode needs batches to beat singles by far before it keeps them.
 //
 // Order. The grouper sends every batch itself, in order, on the store's connection: the batch's
 // messages as core publishes with jetstreamext's batch headers, its commit as a pipelined
@@ -63,8 +73,10 @@ import (
 // "outcome unknown", as a single write would, and is not sent again. A batch of one write is
 // sent as a single write.
 //
-// Back-pressure: at most maxGroupedWrites(BatchMax) writes wait in the grouper or fly in
-// batches; beyond that the async call waits for room, up to the write's deadline. The grouper
+// Back-pressure: at most maxGroupedWrites(BatchMax) writes (autoGroupedWrites when automatic)
+// wait in the grouper or fly in batches, besides single writes in flight (at most
+// maxSinglesInFlight from an automatic grouper's single mode); beyond that the async call waits
+// for room, up to the write's deadline. The grouper
 // itself never waits for the waiters (a held-back batch waits for a wake), so a waiter's done
 // may call into the store.
 
@@ -72,6 +84,16 @@ import (
 const (
 	maxBatchSize       = 1000 // messages per batch (server: JetStreamLimits.MaxBatchSize)
 	maxBatchesInFlight = 8    // unanswered batches of one store (server: 50 per stream)
+)
+
+// Limits of an automatic grouper. maxSinglesInFlight bounds its unanswered single writes: more
+// wait in the grouper, where a switch to batches takes them at once, and where their wait is the
+// backlog the policy sees. autoGroupedWrites is its maxGroupedWrites: with the singles in flight,
+// about as deep a pipeline as single writes alone have (nats.go's 4000 pending acks), so that a
+// write waits no longer for its turn than it would on the single path.
+const (
+	maxSinglesInFlight = 2048
+	autoGroupedWrites  = 4096
 )
 
 // maxGroupedWrites is how many writes may wait in the grouper or fly in batches.
@@ -84,6 +106,12 @@ type WriteStats struct {
 	Rejected      uint64 // batches the server refused; their writes went out again one by one
 	Unknown       uint64 // batches without an answer; their writes reported "outcome unknown"
 	Singles       uint64 // writes sent on their own (no grouping, a batch of one, or after a refusal)
+
+	// With automatic grouping (Config.BatchMax BatchAuto): what the store decided.
+	Auto     bool   // the store picks singles or batches by itself
+	Batching bool   // it sends batches now (else singles)
+	Probes   uint64 // measurement windows of the other way started (jetstore_group_auto.go)
+	Switches uint64 // probes after which it kept the other way
 }
 
 // WriteStats reports how the async writes went out so far.
@@ -92,6 +120,12 @@ func (s *JetStore) WriteStats() WriteStats {
 	if g := s.group; g != nil {
 		st.Batches, st.BatchedWrites = g.batches.Load(), g.batched.Load()
 		st.Rejected, st.Unknown = g.rejected.Load(), g.unknown.Load()
+		if g.auto {
+			g.autoMu.Lock()
+			st.Auto, st.Batching = true, g.policy.mode == sendBatches
+			st.Probes, st.Switches = g.policy.probes, g.policy.switches
+			g.autoMu.Unlock()
+		}
 	}
 	return st
 }
@@ -124,13 +158,67 @@ type grouper struct {
 	testHookSend func()
 
 	batches, batched, rejected, unknown atomic.Uint64
+
+	// Automatic grouping (jetstore_group_auto.go); auto is fixed at creation.
+	auto     bool
+	batching atomic.Bool  // the policy's mode is sendBatches; read by run
+	singles  atomic.Int64 // single writes sent by the grouper and not yet answered
+	backlog  atomic.Bool  // run holds writes back for the limit in flight, or a full batch waits
+	autoMu   sync.Mutex   // guards policy and pinned; taken by the waiters that report completions
+	policy   *autoPolicy
+	pinned   bool             // a test fixed the mode: the policy is not consulted
+	now      func() time.Time // the policy's clock
 }
 
 func newGrouper(s *JetStore, batchMax int, delay time.Duration) *grouper {
-	return &grouper{s: s, max: batchMax, delay: delay,
-		room: make(chan struct{}, maxGroupedWrites(batchMax)),
-		wake: make(chan struct{}, 1)}
+	g := &grouper{s: s, max: batchMax, delay: delay, wake: make(chan struct{}, 1)}
+	if batchMax == BatchAuto {
+		g.max, g.auto, g.policy, g.now = maxBatchSize, true, newAutoPolicy(), time.Now
+	}
+	room := maxGroupedWrites(g.max)
+	if g.auto {
+		room = autoGroupedWrites
+	}
+	g.room = make(chan struct{}, room)
+	return g
 }
+
+// observe feeds a completion to the policy and applies its answer.
+func (g *grouper) observe(c completion) {
+	g.autoMu.Lock()
+	m := g.policy.mode
+	if !g.pinned {
+		m = g.policy.observe(g.now(), c)
+	}
+	g.autoMu.Unlock()
+	if b := m == sendBatches; g.batching.Load() != b {
+		g.batching.Store(b)
+		g.poke()
+	}
+}
+
+// pin fixes the automatic grouper's mode (tests).
+func (g *grouper) pin(m sendMode) {
+	g.autoMu.Lock()
+	g.pinned, g.policy.mode = true, m
+	g.autoMu.Unlock()
+	g.batching.Store(m == sendBatches)
+	g.poke()
+}
+
+// backedUp reports whether n writes that run could not send yet are a backlog: singles held back
+// by maxSinglesInFlight, or, when batching, a full batch waiting or writes held back by
+// maxBatchesInFlight (an open batch that waits for its delay is not one).
+func (g *grouper) backedUp(n int) bool {
+	if g.sendsSingles() {
+		return n > 0
+	}
+	return n >= g.max || n > 0 && g.flying.Load() >= maxBatchesInFlight
+}
+
+// sendsSingles reports whether the grouper sends each write on its own now (automatic grouping
+// that decided so).
+func (g *grouper) sendsSingles() bool { return g.auto && !g.batching.Load() }
 
 // add hands op to the grouper, waiting for room up to op's deadline.
 func (g *grouper) add(op *asyncOp, m *nats.Msg) {
@@ -197,6 +285,7 @@ func (g *grouper) run() {
 		g.queue = nil
 		if len(in) == 0 && len(pending) == 0 {
 			g.running = false
+			g.backlog.Store(false)
 			g.mu.Unlock()
 			return
 		}
@@ -211,6 +300,15 @@ func (g *grouper) run() {
 			pending = append(pending, o)
 		}
 		for len(pending) > 0 {
+			if g.sendsSingles() {
+				if len(barriers) == 0 && g.singles.Load() >= maxSinglesInFlight {
+					break // a completion wakes us
+				}
+				g.send(pending[:1])
+				pending[0] = groupOp{}
+				pending = pending[1:]
+				continue
+			}
 			due := len(pending) >= g.max || time.Since(pending[0].at) >= g.delay
 			if len(barriers) == 0 && !(due && g.flying.Load() < maxBatchesInFlight) {
 				break
@@ -221,12 +319,16 @@ func (g *grouper) run() {
 			close(b)
 		}
 		barriers = nil
+		if g.auto {
+			g.backlog.Store(g.backedUp(len(pending)))
+		}
 		if len(pending) == 0 {
 			continue
 		}
 		// Wait for more writes and the open batch's flush time, or, while batches are held back
-		// (maxBatchesInFlight unanswered), for an answer.
-		if held := g.flying.Load() >= maxBatchesInFlight; !held && len(pending) < g.max {
+		// (maxBatchesInFlight unanswered, or maxSinglesInFlight when sending singles), for an
+		// answer.
+		if held := g.flying.Load() >= maxBatchesInFlight; !held && len(pending) < g.max && !g.sendsSingles() {
 			timer.Reset(max(g.delay-time.Since(pending[0].at), 0))
 		}
 		select {
@@ -259,11 +361,15 @@ func (g *grouper) cut(pending []groupOp) []groupOp {
 // send publishes batch: one write on its own, more as an atomic batch whose commit the waiters
 // take.
 func (g *grouper) send(batch []groupOp) {
+	mode := sendBatches // how the policy counts these writes: by the mode they were sent in
+	if g.sendsSingles() {
+		mode = sendSingles
+	}
 	live := batch[:0]
 	for _, o := range batch {
 		if err := o.op.ctx.Err(); err != nil { // never sent: it did not land
 			o.op.err = err
-			g.single(o)
+			g.single(o, mode)
 			continue
 		}
 		live = append(live, o)
@@ -272,7 +378,7 @@ func (g *grouper) send(batch []groupOp) {
 	case 0:
 		return
 	case 1:
-		g.single(live[0])
+		g.single(live[0], mode)
 		return
 	}
 	bop := &asyncOp{finish: func(_ context.Context, seq uint64, err error) { g.settle(live, seq, err) }}
@@ -281,7 +387,7 @@ func (g *grouper) send(batch []groupOp) {
 		bop.cancel()
 		g.rejected.Add(1)
 		for _, o := range live {
-			g.single(o)
+			g.single(o, sendBatches)
 		}
 		return
 	}
@@ -323,9 +429,21 @@ func (g *grouper) publishBatch(bop *asyncOp, batch []groupOp) error {
 	return err
 }
 
-// single sends o on its own through the single path.
-func (g *grouper) single(o groupOp) {
+// single sends o on its own through the single path. An automatic grouper counts it until its
+// answer, and reports its completion to the policy as a write sent in mode: a batch of one, or a
+// write of a refused batch, counts as batching.
+func (g *grouper) single(o groupOp, mode sendMode) {
 	<-g.room
+	if g.auto {
+		g.singles.Add(1)
+		finish := o.op.finish
+		o.op.finish = func(ctx context.Context, seq uint64, err error) {
+			g.singles.Add(-1)
+			g.observe(completion{mode: mode, writes: 1, backlog: g.backlog.Load()})
+			g.poke()
+			finish(ctx, seq, err)
+		}
+	}
 	g.s.publish(o.op, o.msg)
 }
 
@@ -338,13 +456,16 @@ func (g *grouper) settle(batch []groupOp, seq uint64, err error) {
 	case err == nil:
 		g.batches.Add(1)
 		g.batched.Add(uint64(len(batch)))
+		if g.auto {
+			g.observe(completion{mode: sendBatches, writes: len(batch), backlog: g.backlog.Load()})
+		}
 		for i, o := range batch {
 			g.done(o, seq-uint64(len(batch)-1-i), nil)
 		}
 	case notApplied(err):
 		g.rejected.Add(1)
 		for _, o := range batch {
-			g.single(o)
+			g.single(o, sendBatches)
 		}
 	default:
 		g.unknown.Add(1)
