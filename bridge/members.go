@@ -290,8 +290,9 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 	lease := b.cfg.PartitionLease
 	t := time.NewTicker(lease / 4)
 	defer t.Stop()
-	// A disconnection that lasts downGrace is acted on then rather than at the next tick after.
-	status := b.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	// A disconnection that lasts downGrace is acted on then rather than at the next tick after;
+	// a reconnection ends it at once, so that two blips in a row do not count as one outage.
+	status := b.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED, nats.CONNECTED)
 	defer b.nc.RemoveStatusListener(status)
 	downGrace := lease / 4
 	var downSince time.Time // when this replica's connection was first seen down; zero while up
@@ -349,7 +350,12 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 			return
 		case <-t.C:
 			tick = true
-		case <-status:
+		case st := <-status:
+			if st == nats.CONNECTED {
+				// Even if it is down again already: a new outage counts from now.
+				downSince = time.Time{}
+				downTimer.Stop()
+			}
 		case <-downTimer.C:
 		}
 		if !b.nc.IsConnected() {
@@ -375,7 +381,10 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 			}
 			continue
 		}
-		downSince = time.Time{}
+		if !downSince.IsZero() {
+			downSince = time.Time{}
+			downTimer.Stop()
+		}
 		if !tick {
 			continue // a status change that is over: heartbeats go at the ticks
 		}
