@@ -250,6 +250,33 @@ func TestFencedReplicaLeaves(t *testing.T) {
 	e.stable(a, b)
 }
 
+// A replica fenced for less than half a lease (its heartbeats' confirmations lost a while, as
+// when JetStream is slow) stays a member: it heartbeats, and once one is confirmed it goes on
+// with the same partitions, without a leave and a join that would move them away and back.
+func TestBrieflyFencedReplicaStays(t *testing.T) {
+	t.Parallel()
+	e := newPartEnv(t, 60, 4*time.Second)
+	lc := &lostConfirms{}
+	a := e.start("bfa", func(m Membership) Membership { lc.Membership = m; return lc })
+	b := e.start("bfb", nil)
+	e.stable(a, b)
+	mine := len(a.owned())
+	lc.lose.Store(true)
+	if !checkFor(2*e.lease, func() bool { return !a.b.alive() }) {
+		t.Fatal("with its heartbeats unconfirmed, bfa did not fence itself")
+	}
+	lc.lose.Store(false)
+	if !checkFor(e.lease, a.b.alive) {
+		t.Fatal("bfa is still fenced a lease after its heartbeats are confirmed again")
+	}
+	if v := value(t, a.b.m.members.fencedLeaves); v != 0 {
+		t.Errorf("ax_fenced_leaves_total %v after a short fence, want 0", v)
+	}
+	if n := len(a.owned()); n != mine {
+		t.Errorf("bfa owns %d partitions after a short fence, %d before", n, mine)
+	}
+}
+
 // slowWatch holds WatchMembers back until release is closed, as a slow joiner's load of the
 // member view would be; entered is closed when the call comes.
 type slowWatch struct {
