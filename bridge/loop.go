@@ -366,17 +366,18 @@ func (l *loopState) wait() time.Duration {
 	if !l.b.alive() {
 		return d
 	}
+	// PeekDue, not peek: only the due times matter here, and it copies no id.
 	if len(l.fires) < maxQueued {
-		if n, ok := l.idx.peek(heapFire); ok {
-			d = l.now.until(subMs(n.due, l.ahead), d)
+		if due, ok := l.idx.x.PeekDue(heapFire); ok {
+			d = l.now.until(subMs(due, l.ahead), d)
 		}
 	}
-	if n, ok := l.idx.peek(heapPublish); ok {
-		d = l.now.until(n.due, d)
+	if due, ok := l.idx.x.PeekDue(heapPublish); ok {
+		d = l.now.until(due, d)
 	}
 	if len(l.house) < maxQueued {
-		if n, ok := l.idx.peek(heapHouse); ok {
-			d = l.now.until(n.due, d)
+		if due, ok := l.idx.x.PeekDue(heapHouse); ok {
+			d = l.now.until(due, d)
 		}
 	}
 	return d

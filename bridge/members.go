@@ -27,10 +27,10 @@ import (
 // that heartbeat arrived, which is later, so a replica that is cut off or paused stops claiming and
 // firing before anybody takes over its partitions. Claims and fires check ownership right before
 // they go out (and a fire again after its claim returned); CAS on every transition keeps an
-// overlap harmless. A fenced replica (and one whose own connection has been down for a quarter
-// of a lease, which fences it) deletes its key, so that the others take its partitions at once
-// instead of counting it for as long as its key lives, and heartbeats again, which makes it a
-// member again, once the delete was confirmed.
+// overlap harmless. A replica fenced for half a lease (and one whose own connection has been down
+// for a quarter of a lease, which fences it) deletes its key, so that the others take its
+// partitions at once instead of counting it for as long as its key lives, and heartbeats again,
+// which makes it a member again, once the delete was confirmed (see heartbeats).
 //
 // Joining: a replica loads the member view and subscribes to the acks of the partitions it will
 // own before its first heartbeat, which is what makes the others hand them over.
@@ -279,19 +279,25 @@ type fenceReq struct {
 // hold the next heartbeat back, and each may take until the ownership it would renew ends
 // (lease − margin after its sending): a confirmation that comes later renews nothing.
 //
-// A replica that does not own its partitions (fenced: no heartbeat confirmed in time, or its own
-// connection down for a quarter of a lease, which fences it then) leaves instead: it deletes its key, so that the others stop counting it and
-// take its partitions at once, rather than when its key expires (or never, while heartbeats that
-// are not confirmed in time still arrive). Once a leave is confirmed it heartbeats again, which
-// makes it a member again (a join); a join whose heartbeat is not confirmed leaves again, and waits
-// twice as many ticks before the next, up to two leases. While a leave or a join is in flight,
-// a fenced replica writes nothing else.
+// A replica that does not own its partitions leaves: it deletes its key, so that the others stop
+// counting it and take its partitions at once, rather than when its key expires (or never, while
+// heartbeats that are not confirmed in time still arrive). It leaves once its own connection has
+// been down for a quarter of a lease (which fences it then), or once it has been fenced (no
+// heartbeat confirmed in time) for half a lease, heartbeating meanwhile. That half lease damps a
+// slow JetStream: a leave and the join after it move the replica's share to the others and back,
+// and each move reloads those partitions, more load on a server already slow; a heartbeat
+// confirmed within the half lease ends the fence with nothing moved. Once a leave is confirmed it
+// heartbeats again, which makes it a member again (a join); a join whose heartbeat is not
+// confirmed leaves again at once, and waits twice as many ticks before the next, up to two
+// leases, so that a server that stays slow sees one leave and join every two leases or so at
+// most. While a leave or a join is in flight, a fenced replica writes nothing else.
 func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fences chan<- fenceReq) {
 	lease := b.cfg.PartitionLease
 	t := time.NewTicker(lease / 4)
 	defer t.Stop()
-	// A disconnection that lasts downGrace is acted on then rather than at the next tick after.
-	status := b.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	// A disconnection that lasts downGrace is acted on then rather than at the next tick after;
+	// a reconnection ends it at once, so that two blips in a row do not count as one outage.
+	status := b.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED, nats.CONNECTED)
 	defer b.nc.RemoveStatusListener(status)
 	downGrace := lease / 4
 	var downSince time.Time // when this replica's connection was first seen down; zero while up
@@ -342,6 +348,15 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 			}
 		}()
 	}
+	// fencedLeave is how long a replica stays fenced, heartbeating, before it leaves: see above.
+	fencedLeave := lease / 2
+	fencedFor := func() time.Duration {
+		o := b.own.Load()
+		if o == nil {
+			return 0
+		}
+		return time.Since(o.until)
+	}
 	tick := false
 	for {
 		select {
@@ -349,7 +364,12 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 			return
 		case <-t.C:
 			tick = true
-		case <-status:
+		case st := <-status:
+			if st == nats.CONNECTED {
+				// Even if it is down again already: a new outage counts from now.
+				downSince = time.Time{}
+				downTimer.Stop()
+			}
 		case <-downTimer.C:
 		}
 		if !b.nc.IsConnected() {
@@ -375,7 +395,10 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 			}
 			continue
 		}
-		downSince = time.Time{}
+		if !downSince.IsZero() {
+			downSince = time.Time{}
+			downTimer.Stop()
+		}
 		if !tick {
 			continue // a status change that is over: heartbeats go at the ticks
 		}
@@ -385,15 +408,19 @@ func (b *Bridge) heartbeats(ctx context.Context, confirmed chan<- time.Time, fen
 			switch {
 			case leaving.Load(), joining.Load():
 				continue
+			case !left.Load() && rejoinPause == 1 && fencedFor() < fencedLeave:
+				// Fenced for less than fencedLeave, and not since a join: heartbeat, which may end
+				// the fence. (A join whose heartbeat was not confirmed leaves at once.)
 			case !left.Load():
 				leave()
 				continue
 			case rejoinWait > 0:
 				rejoinWait--
 				continue
+			default:
+				join = true
+				rejoinWait, rejoinPause = rejoinPause, min(2*rejoinPause, 8)
 			}
-			join = true
-			rejoinWait, rejoinPause = rejoinPause, min(2*rejoinPause, 8)
 		} else {
 			rejoinWait, rejoinPause = 0, 1
 		}

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,16 +93,117 @@ func TestConnectionBlipKeepsPartitions(t *testing.T) {
 	if err := e.srv.NATS().DisconnectClientByID(cid); err != nil {
 		t.Fatal(err)
 	}
+	cut := time.Now()
 	if !checkFor(lease/8, func() bool { return nc.Stats().Reconnects > 0 && nc.IsConnected() }) {
 		t.Fatal("the connection did not come back within an eighth of the lease")
 	}
-	time.Sleep(lease / 2) // past the quarter lease after which a replica still cut off leaves
+	// A heartbeat that arrives a quarter of a lease after the cut was sent at a tick past the
+	// moment a replica still cut off leaves; had it left, it would have counted the leave before.
+	if !heartbeatAfter(t, e, "ba", cut.Add(lease/4), lease) {
+		t.Fatal("no heartbeat of ba arrived a quarter of a lease after the blip")
+	}
 	if v := value(t, a.b.m.members.fencedLeaves); v != 0 {
 		t.Errorf("ax_fenced_leaves_total %v after a blip, want 0", v)
 	}
 	if n := len(a.owned()); n != mine {
 		t.Errorf("ba owns %d partitions after a blip, %d before", n, mine)
 	}
+}
+
+// Two outages of a replica's own connection in a row, each shorter than a quarter of a lease but
+// together longer, with no heartbeat tick between them, are two blips: the replica keeps its
+// partitions (the reconnection ends the first outage; it must not count from the first one's
+// start).
+func TestTwoBlipsKeepPartitions(t *testing.T) {
+	t.Parallel()
+	const lease = 8 * time.Second
+	grace := lease / 4 // how long a replica's connection may be down before it leaves
+	e := newPartEnv(t, 60, lease)
+	proxy := newCutProxy(t, strings.TrimPrefix(e.srv.ClientURL(), "nats://"))
+	nc := natstest.Connect(t, "nats://"+proxy.ln.Addr().String(), nats.ReconnectWait(10*time.Millisecond), nats.ReconnectJitter(0, 0))
+	mjs, err := jetstream.New(natstest.Connect(t, e.srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.startOn("tba", nc, func(Membership) Membership {
+		m, err := kvstore.OpenMembers(context.Background(), mjs, kvstore.MembersConfig{Bucket: e.store.Bucket() + "_MEMBERS"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	})
+	b := e.start("tbb", nil)
+	e.stable(a, b)
+	mine := len(a.owned())
+	// Begin right after a heartbeat tick: the next comes a grace later, during the second outage.
+	if !heartbeatAfter(t, e, "tba", time.Now(), lease) {
+		t.Fatal("no heartbeat of tba")
+	}
+	start := time.Now()
+	// The sleeps shape the outages (half a grace, then from there to 1.2 graces after the
+	// start); the test waits on nothing by them.
+	proxy.setCut(true)
+	time.Sleep(grace / 2)
+	proxy.setCut(false)
+	if !checkFor(grace/4, nc.IsConnected) {
+		t.Fatal("the connection did not come back")
+	}
+	proxy.setCut(true)
+	time.Sleep(time.Until(start.Add(grace * 6 / 5)))
+	proxy.setCut(false)
+	restored := time.Now()
+	if !checkFor(grace/4, nc.IsConnected) {
+		t.Fatal("the connection did not come back")
+	}
+	// A heartbeat sent after the outages comes at the next tick; had the replica left, it would
+	// have counted the leave before (and its heartbeat would be a join).
+	if !heartbeatAfter(t, e, "tba", restored, lease) {
+		t.Fatal("no heartbeat of tba after the outages")
+	}
+	if v := value(t, a.b.m.members.fencedLeaves); v != 0 {
+		t.Errorf("ax_fenced_leaves_total %v after two blips, want 0", v)
+	}
+	if n := len(a.owned()); n != mine {
+		t.Errorf("tba owns %d partitions after two blips, %d before", n, mine)
+	}
+}
+
+// membersKV is the members bucket of e's replicas, read with the test's connection.
+func membersKV(t *testing.T, e *partEnv) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), e.store.Bucket()+"_MEMBERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// memberKey returns replica's key in the members bucket; false if it has none.
+func memberKey(t *testing.T, kv jetstream.KeyValue, replica string) (jetstream.KeyValueEntry, bool) {
+	t.Helper()
+	en, err := kv.Get(context.Background(), "m."+replica)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return en, true
+}
+
+// heartbeatAfter waits up to within for replica's key to be written at or after at (the server's
+// time of the write).
+func heartbeatAfter(t *testing.T, e *partEnv, replica string, at time.Time, within time.Duration) bool {
+	t.Helper()
+	kv := membersKV(t, e)
+	return checkFor(within, func() bool {
+		en, ok := memberKey(t, kv, replica)
+		return ok && !en.Created().Before(at)
+	})
 }
 
 // lostConfirms writes this replica's heartbeats but, while lose is set, reports each as failed:
@@ -148,6 +250,33 @@ func TestFencedReplicaLeaves(t *testing.T) {
 	e.stable(a, b)
 }
 
+// A replica fenced for less than half a lease (its heartbeats' confirmations lost a while, as
+// when JetStream is slow) stays a member: it heartbeats, and once one is confirmed it goes on
+// with the same partitions, without a leave and a join that would move them away and back.
+func TestBrieflyFencedReplicaStays(t *testing.T) {
+	t.Parallel()
+	e := newPartEnv(t, 60, 4*time.Second)
+	lc := &lostConfirms{}
+	a := e.start("bfa", func(m Membership) Membership { lc.Membership = m; return lc })
+	b := e.start("bfb", nil)
+	e.stable(a, b)
+	mine := len(a.owned())
+	lc.lose.Store(true)
+	if !checkFor(2*e.lease, func() bool { return !a.b.alive() }) {
+		t.Fatal("with its heartbeats unconfirmed, bfa did not fence itself")
+	}
+	lc.lose.Store(false)
+	if !checkFor(e.lease, a.b.alive) {
+		t.Fatal("bfa is still fenced a lease after its heartbeats are confirmed again")
+	}
+	if v := value(t, a.b.m.members.fencedLeaves); v != 0 {
+		t.Errorf("ax_fenced_leaves_total %v after a short fence, want 0", v)
+	}
+	if n := len(a.owned()); n != mine {
+		t.Errorf("bfa owns %d partitions after a short fence, %d before", n, mine)
+	}
+}
+
 // slowWatch holds WatchMembers back until release is closed, as a slow joiner's load of the
 // member view would be; entered is closed when the call comes.
 type slowWatch struct {
@@ -190,7 +319,10 @@ func TestSlowJoinerNotCountedEarly(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("sjb did not start loading the members")
 	}
-	time.Sleep(500 * time.Millisecond) // time for a heartbeat to arrive, were there one
+	// sjb heartbeats only after its load: while it loads, it has no key, and sja counts it not.
+	if en, ok := memberKey(t, membersKV(t, e), "sjb"); ok {
+		t.Errorf("while sjb loads the members, its key is in the members bucket (revision %d)", en.Revision())
+	}
 	if n, live := len(a.owned()), a.b.liveMembers.Load(); n != e.n || live != 1 {
 		t.Errorf("while sjb loads the members, sja counts %d members and owns %d partitions; want 1 and all %d", live, n, e.n)
 	}

@@ -65,6 +65,9 @@ func fuzzIndex(t *testing.T, x *timingwheel.Index, queues int, ops []byte) {
 			for q := range queues {
 				for {
 					e, ok := x.Peek(q)
+					if due, dok := x.PeekDue(q); dok != ok || due != e.Due {
+						t.Fatalf("queue %d: PeekDue = %d, %v; Peek = %+v, %v", q, due, dok, e, ok)
+					}
 					if !ok || e.Due > now {
 						break
 					}

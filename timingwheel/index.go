@@ -176,6 +176,15 @@ func (x *Index) Peek(q int) (Entry, bool) {
 	return x.entry(i, string(x.idOf(&x.nodes[i]))), true
 }
 
+// PeekDue returns the due time of the earliest entry of queue q, without copying its id as Peek
+// does; false if q is empty.
+func (x *Index) PeekDue(q int) (int64, bool) {
+	if len(x.queues[q]) == 0 {
+		return 0, false
+	}
+	return x.queues[q][0].due, true
+}
+
 // Pop removes and returns the earliest entry of queue q; false if q is empty. The caller decides
 // whether it is due: Peek first.
 func (x *Index) Pop(q int) (Entry, bool) {

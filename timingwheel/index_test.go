@@ -75,6 +75,9 @@ func TestIndexGetAndRemove(t *testing.T) {
 	if e, ok := x.Peek(2); !ok || e.ID != "a" {
 		t.Fatalf("Peek(2) = %+v, %v; want a", e, ok)
 	}
+	if due, ok := x.PeekDue(2); !ok || due != 5 {
+		t.Fatalf("PeekDue(2) = %d, %v; want 5", due, ok)
+	}
 	if _, ok := x.Get("b"); ok {
 		t.Fatal("Get of an id never put")
 	}
@@ -83,6 +86,9 @@ func TestIndexGetAndRemove(t *testing.T) {
 	}
 	if _, ok := x.Peek(2); ok {
 		t.Fatal("Peek of an empty queue")
+	}
+	if _, ok := x.PeekDue(2); ok {
+		t.Fatal("PeekDue of an empty queue")
 	}
 	if _, ok := x.Pop(2); ok {
 		t.Fatal("Pop of an empty queue")
@@ -166,5 +172,20 @@ func TestIndexNodeAndIDLimits(t *testing.T) {
 	}()
 	if e, ok := x.Pop(0); !ok || len(e.ID) != 65535 || x.Len() != 0 {
 		t.Errorf("Pop = %d bytes of id, %v; %d left", len(e.ID), ok, x.Len())
+	}
+}
+
+// PeekDue reads the earliest due time without allocating: the bridge loop calls it several times a
+// turn.
+func TestIndexPeekDueAllocs(t *testing.T) {
+	x := timingwheel.New(2)
+	x.Put(1, timingwheel.Entry{ID: "order-42", Due: 7})
+	x.Put(1, timingwheel.Entry{ID: "order-43", Due: 3})
+	if a := testing.AllocsPerRun(100, func() {
+		if due, ok := x.PeekDue(1); !ok || due != 3 {
+			t.Fatalf("PeekDue(1) = %d, %v; want 3", due, ok)
+		}
+	}); a != 0 {
+		t.Errorf("PeekDue allocates %v times a call, want 0", a)
 	}
 }

@@ -27,21 +27,23 @@ func checkAuth(o options) error {
 }
 
 // Client pings: a connection whose server stops answering (a network partition that leaves the
-// TCP connection open, a hung server) counts as down once pingsOut pings in a row went
-// unanswered, 2 to 3 ping intervals after the last answer: 20 to 30 s, rather than the 4 to 6
-// minutes of nats.go's defaults (2 min). Until then /readyz says ready (the replica stops
-// claiming sooner: its heartbeats go unconfirmed within the partition lease); once the
-// connection is down, /readyz says not ready, the replica gives up its partitions a quarter of a
-// partition lease later unless it is back, and the client reconnects.
+// TCP connection open, a hung server) counts as down at the first ping tick that finds pingsOut
+// pings unanswered: about pingsOut+1 ping intervals (30 s) after the last answer, which is 20 to
+// 30 s after the server stopped answering, rather than the 4 to 6 minutes of nats.go's defaults
+// (a ping every 2 min). Until then /readyz says ready (the replica stops claiming sooner: its
+// heartbeats go unconfirmed within the partition lease); once the connection is down, /readyz
+// says not ready, the replica gives up its partitions a quarter of a partition lease later unless
+// it is back, and the client reconnects.
 const (
 	pingInterval = 10 * time.Second
 	pingsOut     = 2
 )
 
 // connect opens the bridge's connection: to the embedded server ns if there is one, else to
-// --nats-url, with the authentication and TLS the flags give. Nothing it logs or returns carries
-// a secret: URLs are written with their password redacted, and no option value is logged.
-func connect(o options, ns *server.Server, log *slog.Logger) (*nats.Conn, error) {
+// --nats-url, with the authentication and TLS the flags give, then extra (which tests use to
+// shorten the pings). Nothing it logs or returns carries a secret: URLs are written with their
+// password redacted, and no option value is logged.
+func connect(o options, ns *server.Server, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("axbridge"),
 		nats.MaxReconnects(-1),
@@ -88,7 +90,7 @@ func connect(o options, ns *server.Server, log *slog.Logger) (*nats.Conn, error)
 	if o.tlsCert != "" {
 		opts = append(opts, nats.ClientCert(o.tlsCert, o.tlsKey))
 	}
-	nc, err := nats.Connect(addr, opts...)
+	nc, err := nats.Connect(addr, append(opts, extra...)...)
 	if ue := (*url.Error)(nil); errors.As(err, &ue) {
 		// url.Parse's error quotes the whole URL, password and all.
 		return nil, fmt.Errorf("connect to NATS at %s: invalid URL", redactURLs(addr))
