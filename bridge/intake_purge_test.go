@@ -97,9 +97,8 @@ func (r *purgeRig) waitFor(what string, cond func() bool) {
 // purgeRequests counts the purge requests of the intake stream by the requesting connection's
 // inbox prefix, as seen by a subscriber to the API subject.
 type purgeRequests struct {
-	mu  sync.Mutex
-	by  map[string]int
-	sub *nats.Subscription
+	mu sync.Mutex
+	by map[string]int
 }
 
 func (r *purgeRig) watchPurges() *purgeRequests {
@@ -116,7 +115,6 @@ func (r *purgeRig) watchPurges() *purgeRequests {
 	if err := r.nc.Flush(); err != nil {
 		r.t.Fatal(err)
 	}
-	pr.sub = sub
 	r.t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return pr
 }
