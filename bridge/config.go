@@ -39,7 +39,8 @@ type Config struct {
 	// IntakeMaxDeliver is how often a schedule message is delivered while the task store fails
 	// (default 20: with retries 1s, 2s, 4s, ... 30s apart, about 8 minutes of outage). The last
 	// delivery that still fails is refused with STORE_UNAVAILABLE, so that no message holds the
-	// intake consumer's ack-pending window for good. A new intake consumer gets it as MaxDeliver.
+	// intake consumer's ack-pending window for good. (The intake consumer the bridge creates has
+	// no max deliver of its own: the server never gives a message up.)
 	IntakeMaxDeliver int
 
 	// Replicas divide the bucket's partitions among the live ones (members.go).

@@ -8,7 +8,9 @@
 //     (parseSchedule, a pure function); a bad one is reported on ax.rejected.<bizType> and
 //     dropped; a good one is created in the store with a pipelined write, and the message is acked
 //     only once the record is durable. The stream has limits retention (an ack is not a write):
-//     the housekeeper purges it below the consumer's ack floor (intake_purge.go).
+//     the housekeeper purges it below the consumer's ack floor (intake_purge.go), only while that
+//     consumer is the stream's only one, reads all of it and has no max deliver. The consumer the
+//     bridge creates has none: the bridge bounds deliveries itself (Config.IntakeMaxDeliver).
 //   - The scheduling loop (loop.go) is the only owner of the index of live tasks (slots.go: one
 //     entry per WAITING or RUNNING task, for its next step: fire, pre-read or lease end, keyed by
 //     UTC Unix ms and compared with a fresh reading of the clock, so a clock step neither delays

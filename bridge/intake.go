@@ -80,7 +80,11 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       intakeAckWait,
 			MaxAckPending: intakeMaxAckPending,
-			MaxDeliver:    b.cfg.IntakeMaxDeliver + intakeDeliverSpare,
+			// No max deliver: the server never gives a message up, which would leave it
+			// unsettled below the ack floor, where a purge removes it. The bridge bounds the
+			// deliveries itself (Config.IntakeMaxDeliver): at its last one it refuses a message
+			// it cannot store, and acks it.
+			MaxDeliver:    -1,
 			FilterSubject: b.cfg.subj.schedule + ">",
 		})
 		if errors.Is(err, jetstream.ErrConsumerExists) { // another replica was first
@@ -96,10 +100,10 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 	return cons, nil
 }
 
-// intakeDeliverSpare is how many deliveries the intake consumer allows past the bridge's own
-// last one (Config.IntakeMaxDeliver), where the bridge settles every message it cannot store: a
-// bridge that dies during that delivery leaves the message to the next one, not stranded in the
-// stream with no delivery left.
+// intakeDeliverSpare is, for an intake consumer an operator gave a max deliver, how many
+// deliveries before that limit the bridge settles a message it cannot store: a bridge that dies
+// during that delivery leaves the message to the next one, rather than to the server's advisory
+// with no delivery left. (The consumer the bridge creates has no max deliver.)
 const intakeDeliverSpare = 2
 
 // checkStream refuses an existing intake stream that could lose schedule messages before a bridge
@@ -138,13 +142,12 @@ func (b *Bridge) checkConsumer(cc jetstream.ConsumerConfig) error {
 		b.log.Warn("intake consumer filters out some schedule subjects; those messages are never stored",
 			"consumer", b.cfg.Consumer, "filters", filters)
 	}
-	want := b.cfg.IntakeMaxDeliver + intakeDeliverSpare
-	if cc.MaxDeliver <= 0 || cc.MaxDeliver > want {
-		b.log.Warn("intake consumer has a larger max deliver than the bridge's; the bridge refuses a message after its own",
-			"consumer", b.cfg.Consumer, "max_deliver", cc.MaxDeliver, "bridge_max_deliver", b.cfg.IntakeMaxDeliver)
-	} else if cc.MaxDeliver < want {
-		b.log.Warn("intake consumer has a smaller max deliver than the bridge's; the bridge refuses a message at the consumer's",
-			"consumer", b.cfg.Consumer, "max_deliver", cc.MaxDeliver, "bridge_max_deliver", b.cfg.IntakeMaxDeliver)
+	if cc.MaxDeliver > 0 {
+		// Kept, not refused (the bridge works with it), but not purged: a message that used
+		// up the server's deliveries unsettled lies below the ack floor (purgeUnsafe).
+		b.log.Warn("intake consumer has a max deliver: the server gives up a message a bridge stopped during each of its last deliveries; the bridge refuses a message it cannot store two deliveries before that limit, and the housekeeper does not purge a limits intake stream while the consumer has one",
+			"consumer", b.cfg.Consumer, "max_deliver", cc.MaxDeliver, "bridge_max_deliver", b.cfg.IntakeMaxDeliver,
+			"what_to_do", fmt.Sprintf("nats consumer edit %s %s --max-deliver=-1", b.cfg.Stream, b.cfg.Consumer))
 	}
 	if cc.AckWait != intakeAckWait && cc.AckWait != intakeAckWaitBefore || cc.MaxAckPending != intakeMaxAckPending {
 		b.log.Info("intake consumer tuned by an operator; kept as it is",

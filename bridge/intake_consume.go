@@ -114,10 +114,10 @@ func (b *Bridge) consumerGone(ctx context.Context, cons jetstream.Consumer) bool
 }
 
 // maxDeliveriesAdvisory is the server's advisory for a message that used up the intake consumer's
-// MaxDeliver without being settled: the bridge settles every message on its last delivery, so it
-// means a bridge stopped or crashed during that delivery, and no consumer delivers the message
-// again: a work-queue stream keeps it, a limits stream loses it with the next purge (it lies below
-// the ack floor).
+// MaxDeliver without being settled. The consumer the bridge creates has none; an operator's may:
+// the bridge settles every message two deliveries before it, so the advisory means a bridge stopped
+// or crashed during each of the last ones, and no consumer delivers the message again. It stays
+// in the stream: a limits stream is not purged while its consumer has a max deliver (purgeUnsafe).
 const maxDeliveriesAdvisory = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
 
 // watchMaxDeliveries logs and counts max-deliveries advisories of the intake consumer.
@@ -129,7 +129,7 @@ func (b *Bridge) watchMaxDeliveries() (*nats.Subscription, error) {
 		}
 		_ = json.Unmarshal(m.Data, &adv)
 		b.m.intake.maxDeliveries.Inc()
-		b.log.Warn("intake message used up its deliveries without being settled; it is not delivered again, and a purge of the intake stream removes it",
+		b.log.Warn("intake message used up its deliveries without being settled; it is not delivered again and waits in the intake stream (the consumer's max deliver: subjects.md, \"The intake stream\")",
 			"stream", b.cfg.Stream, "stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries)
 	})
 }

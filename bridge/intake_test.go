@@ -354,27 +354,100 @@ func TestIntakeUnknownOutcomeThenDuplicate(t *testing.T) {
 	}
 }
 
-// The intake consumer the bridge creates allows deliveries past the bridge's own last one, where
-// the bridge settles a message it cannot store: a bridge that dies during that delivery leaves the
-// message to another delivery, not stranded in the stream.
-func TestIntakeConsumerLeavesSpareDeliveries(t *testing.T) {
+// The intake consumer the bridge creates has no max deliver: the server never gives a message up
+// (it would lie unsettled below the ack floor, where a purge removes it); the bridge bounds the
+// deliveries itself. A message delivered more often than the consumer's max deliver used to be
+// (IntakeMaxDeliver+2), every time unsettled (a bridge that stopped during each), is delivered
+// again, stored and acked, and then purged.
+func TestIntakeConsumerNeverGivesUp(t *testing.T) {
+	t.Parallel()
+	r := newPurgeRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mem := kvstore.NewMemStore(0)
+	first, err := New(natstest.Connect(t, r.srv.ClientURL()), mem, Config{IntakeMaxDeliver: 2, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := r.js.Consumer(ctx, "AX_SCHEDULE", "axbridge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.CachedInfo().Config.MaxDeliver; got != -1 {
+		t.Errorf("intake consumer max deliver %d, want -1 (none)", got)
+	}
+	if got := first.maxDeliver.Load(); got != 2 {
+		t.Errorf("the bridge settles at delivery %d, want 2", got)
+	}
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	seq := r.schedule("unsettled")
+	const deliveries = 2 + 2 + 3 // past the old max deliver, IntakeMaxDeliver+2
+	for i := 1; i <= deliveries; i++ {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []jetstream.Msg
+		for m := range batch.Messages() {
+			got = append(got, m)
+		}
+		if len(got) != 1 {
+			t.Fatalf("delivery %d: %d messages (%v), want the schedule again", i, len(got), batch.Error())
+		}
+		md, err := got[0].Metadata()
+		if err != nil || md.Sequence.Stream != seq || md.NumDelivered != uint64(i) {
+			t.Fatalf("delivery %d: %+v %v, want stream seq %d delivered %d times", i, md, err, seq, i)
+		}
+		if err := got[0].Nak(); err != nil { // as a bridge that stops before settling it
+			t.Fatal(err)
+		}
+	}
+
+	r.start(mem, Config{IntakeMaxDeliver: 2, Registerer: prometheus.NewRegistry()})
+	r.waitFor("the schedule stored at its delivery past the old limit", stored(mem, "unsettled"))
+	r.waitFor("the schedule acked and purged", func() bool { return r.state().Msgs == 0 })
+}
+
+// An operator's intake consumer with a max deliver is kept: the bridge settles a message it
+// cannot store two deliveries before that limit.
+func TestIntakeOperatorMaxDeliverKept(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	nc := natstest.Connect(t, srv.ClientURL())
-	b, err := New(nc, kvstore.NewMemStore(0), Config{IntakeMaxDeliver: 5, Registerer: prometheus.NewRegistry()})
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AX_SCHEDULE", Subjects: []string{SchedulePrefix + ">"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, "AX_SCHEDULE", jetstream.ConsumerConfig{Durable: "axbridge", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 6}); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	b, err := New(nc, kvstore.NewMemStore(0), Config{IntakeMaxDeliver: 20, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cons, err := b.ensureIntake(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cons.CachedInfo().Config.MaxDeliver; got != 5+intakeDeliverSpare {
-		t.Errorf("consumer max deliver %d, want %d", got, 5+intakeDeliverSpare)
+	if got := cons.CachedInfo().Config.MaxDeliver; got != 6 {
+		t.Errorf("consumer max deliver %d, want the operator's 6", got)
 	}
-	if got := b.maxDeliver.Load(); got != 5 {
-		t.Errorf("the bridge settles at delivery %d, want 5", got)
+	if got := b.maxDeliver.Load(); got != 6-intakeDeliverSpare {
+		t.Errorf("the bridge settles at delivery %d, want %d", got, 6-intakeDeliverSpare)
+	}
+	if out := logs.String(); !strings.Contains(out, "intake consumer has a max deliver") || !strings.Contains(out, "--max-deliver=-1") {
+		t.Errorf("no warning about the consumer's max deliver:\n%s", out)
 	}
 }
