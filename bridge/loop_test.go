@@ -227,9 +227,11 @@ func TestReconcilerRepairsAMissedLease(t *testing.T) {
 	}
 }
 
-// A backlog of 50,000 overdue tasks at start (10,000 under the race detector) is fired completely
-// while the loop's job queues and pre-read cache stay within their bounds; the reconciler, running
-// all along, repairs nothing.
+// A backlog of 50,000 tasks at start (10,000 under the race detector), half of them overdue and
+// half due a few seconds later, within 1 s of one another, is fired completely while the loop's
+// job queues and pre-read cache stay within their bounds; the reconciler, running all along,
+// repairs nothing. The overdue half fills the fire queue; the later half is pre-read (or kept
+// from the watch) before it is due, so the pre-read cache reaches its bound whatever the timing.
 func TestBacklogStaysWithinBounds(t *testing.T) {
 	t.Parallel()
 	n := 50_000
@@ -238,8 +240,12 @@ func TestBacklogStaysWithinBounds(t *testing.T) {
 	}
 	e := newLoopEnv(t, Config{MaxPreReadTasks: 100, MaxPreReadBytes: 20_000,
 		ReconcileInterval: time.Second, ReconcileGrace: 100 * time.Millisecond})
-	due := e.clock.ms() - 1000
+	overdue, later := e.clock.ms()-1000, e.clock.ms()+4000
 	for i := range n {
+		due := overdue
+		if i >= n/2 {
+			due = later
+		}
 		e.create(fmt.Sprintf("b-%05d", i), due+int64(i%1000))
 	}
 	fires := e.consumeAck(2*n, false) // acks would add a write per task and prove nothing more here
