@@ -17,9 +17,10 @@ import (
 // from the due time (kvstore.Claim); a newer revision of the record seen on the watch drops the
 // held fire. As with a claim fired from its completion, a held claim is fired even if its
 // partition moved to another live replica meanwhile: it won its CAS, and the new owner waits for
-// its lease. A replica fenced at the due time fires nothing (the loop takes no step while it is);
-// once its heartbeats are confirmed again it fires the held claim if the attempt's lease still
-// runs, else the lease ends as after a crash. Likewise while the connection to NATS is down: a
+// its lease. A replica fenced at the due time fires none of the claims it holds (the loop takes
+// no step while it is); once its heartbeats are confirmed again it fires a held claim if the
+// attempt's lease still runs, else the lease ends as after a crash. (A claim whose completion
+// lands after the due time is published from the completion, as without claim ahead.) Likewise while the connection to NATS is down: a
 // held fire is not put in the reconnect buffer, from which it could reach the consumer after the
 // next attempt.
 
@@ -110,6 +111,10 @@ func (l *loopState) hold(e *kvstore.Entry) {
 	f, inFlight := l.flight[id]
 	cur, indexed := l.idx.get(id)
 	switch {
+	case !l.ownsID(id):
+		// The partition moved away meanwhile and reown dropped the task's steps, so its watch
+		// events are no longer read here: the claim won its CAS and is fired all the same, as a
+		// held fire whose partition moves is (the new owner waits for its lease).
 	case indexed && cur.rev == e.Revision: // the claim's own watch event came first
 	case !indexed && inFlight && f.rev == e.Task.Claim: // the claim's watch event is still to come
 	default: // a newer write or a delete came on the watch (it ended the flight)

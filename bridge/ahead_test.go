@@ -212,13 +212,17 @@ func TestClaimAheadUnknownOutcome(t *testing.T) {
 	fires := e.consume(4)
 	e.fs.Inject(faultstore.Rule{Op: faultstore.OpUpdate, ID: "unsure", Mode: faultstore.ApplyThenTimeout, Times: 1,
 		Err: fmt.Errorf("update unsure: %w", context.DeadlineExceeded)})
-	e.start()
+	b := e.start()
 	due := e.clock.in(1500 * time.Millisecond)
 	e.create("unsure", due)
+	e.waitHeld(1) // claimed, read back and held before its due time
 	f := next(t, fires, 10*time.Second)
 	neverEarly(t, f)
 	if f.id != "unsure" || f.attempt != 1 {
 		t.Fatalf("fired %s attempt %d, want unsure attempt 1", f.id, f.attempt)
+	}
+	if v := value(t, b.m.loop.heldFires); v != 1 {
+		t.Errorf("fires claimed ahead: %v, want 1 (the landed claim, held until due)", v)
 	}
 	if !checkFor(10*time.Second, func() bool { return e.record("unsure").Task.Status == kvstore.StatusSuccess }) {
 		t.Fatalf("record after the ack: %s", e.record("unsure").Task.Status)

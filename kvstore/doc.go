@@ -51,7 +51,8 @@
 // revision and TTL, at most one write per key in a batch. BatchMax above 1 groups always, 1
 // never; the default, BatchAuto, lets the store decide as it goes: single writes while they keep
 // up, and batches of up to 1000 while writes queue behind single writes and a measurement window
-// of batches completes at least twice the writes per second of singles (so on one node
+// of batches completes at least twice the writes per second of singles, or keeps up at no lower
+// rate than theirs (so on one node
 // with sync_interval: always, where every single write is an fsync, and not where the server's
 // staging of each batch costs more than it saves). It tries the other way now and then, less
 // often each time it stays (jetstore_group_auto.go), and WriteStats says what it decided. A batch the server

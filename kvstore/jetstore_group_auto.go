@@ -82,7 +82,7 @@ type completion struct {
 type windowResult struct {
 	valid  bool
 	rate   float64 // writes completed per second
-	keptUp bool    // some completion in the window saw no backlog
+	keptUp bool    // at most half of the window's completions saw a backlog
 }
 
 type autoPolicy struct {
