@@ -51,7 +51,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cluster, "cluster", false, "a 3-node loopback cluster with R3 streams and bucket instead of one node")
 	fs.IntVar(&o.bridges, "bridges", 1, "bridge replicas on the bridge side, each on its own connection (claim conflicts are counted)")
 	o.writeBatch = kvstore.DefaultBatchMax
-	fs.Var((*writeBatchFlag)(&o.writeBatch), "write-batch", "the bridge's store writes grouped into one atomic batch: auto, or 1-1000 (as axbridge --write-batch); 1 sends each on its own")
+	fs.Var((*kvstore.BatchMaxFlag)(&o.writeBatch), "write-batch", "the bridge's store writes grouped into one atomic batch: auto, or 1-1000 (as axbridge --write-batch); 1 sends each on its own")
 	fs.IntVar(&o.intake, "intake", 0, "schedules published in the intake row (default: --burst)")
 	fs.IntVar(&o.spread, "spread", 2000, "tasks spread over 0.5–4 s in the lateness rows")
 	fs.IntVar(&o.burst, "burst", 50000, "tasks due at one instant in the burst and writes rows")
@@ -188,7 +188,7 @@ func run(ctx context.Context, o options, stderr io.Writer) (Report, error) {
 		return Report{}, context.Cause(ctx)
 	}
 	settings := map[string]any{
-		"sync": o.sync, "nodes": nodes, "bridges": o.bridges, "write_batch": (*writeBatchFlag)(&o.writeBatch).String(), "burst": o.burst, "spread": o.spread, "intake": o.intake,
+		"sync": o.sync, "nodes": nodes, "bridges": o.bridges, "write_batch": (*kvstore.BatchMaxFlag)(&o.writeBatch).String(), "burst": o.burst, "spread": o.spread, "intake": o.intake,
 		"pending": o.pending, "nats_server": serverVersion(bin), "go": runtime.Version(),
 		"cpus": runtime.NumCPU(), "date": time.Now().UTC().Format(time.RFC3339),
 	}

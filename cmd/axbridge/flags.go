@@ -85,7 +85,7 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.IntVar(&o.preReadTasks, "preread-max-tasks", 100_000, "at most this many due-soon records are held with their payloads (more are read when they fire)")
 	fs.IntVar(&o.preReadBytes, "preread-max-bytes", 64<<20, "at most this many bytes of due-soon records are held in memory")
 	o.writeBatch = kvstore.DefaultBatchMax
-	fs.Var((*writeBatchFlag)(&o.writeBatch), "write-batch", "store writes (claims, acks, creates) grouped into one atomic batch publish: auto, or 1-1000; 1 sends each on its own. auto sends each on its own while they keep up, and batches of up to 1000 while writes queue behind single writes that batches beat by far (a single NATS server with sync_interval: always); see bench/README.md")
+	fs.Var((*kvstore.BatchMaxFlag)(&o.writeBatch), "write-batch", "store writes (claims, acks, creates) grouped into one atomic batch publish: auto, or 1-1000; 1 sends each on its own. auto sends each on its own while they keep up, and batches of up to 1000 while writes queue behind single writes that batches beat by far (a single NATS server with sync_interval: always); see bench/README.md")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on http://<addr>/metrics; empty disables")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (colour on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
