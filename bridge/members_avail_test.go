@@ -27,17 +27,7 @@ func TestWorkConnectionDownLeaves(t *testing.T) {
 	for run := range 2 {
 		e := newPartEnv(t, 60, lease)
 		nc := natstest.Connect(t, e.srv.ClientURL(), nats.ReconnectWait(time.Minute))
-		mjs, err := jetstream.New(natstest.Connect(t, e.srv.ClientURL()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := e.startOn("la", nc, func(Membership) Membership {
-			m, err := kvstore.OpenMembers(context.Background(), mjs, kvstore.MembersConfig{Bucket: e.store.Bucket() + "_MEMBERS"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m
-		})
+		a := e.startSplit("la", nc)
 		b := e.start("lb", nil)
 		e.stable(a, b)
 		cid, err := nc.GetClientID()
@@ -72,17 +62,7 @@ func TestConnectionBlipKeepsPartitions(t *testing.T) {
 	const lease = 8 * time.Second
 	e := newPartEnv(t, 60, lease)
 	nc := natstest.Connect(t, e.srv.ClientURL(), nats.ReconnectWait(10*time.Millisecond))
-	mjs, err := jetstream.New(natstest.Connect(t, e.srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := e.startOn("ba", nc, func(Membership) Membership {
-		m, err := kvstore.OpenMembers(context.Background(), mjs, kvstore.MembersConfig{Bucket: e.store.Bucket() + "_MEMBERS"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	})
+	a := e.startSplit("ba", nc)
 	b := e.start("bb", nil)
 	e.stable(a, b)
 	mine := len(a.owned())
@@ -121,17 +101,7 @@ func TestTwoBlipsKeepPartitions(t *testing.T) {
 	e := newPartEnv(t, 60, lease)
 	proxy := newCutProxy(t, strings.TrimPrefix(e.srv.ClientURL(), "nats://"))
 	nc := natstest.Connect(t, "nats://"+proxy.ln.Addr().String(), nats.ReconnectWait(10*time.Millisecond), nats.ReconnectJitter(0, 0))
-	mjs, err := jetstream.New(natstest.Connect(t, e.srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := e.startOn("tba", nc, func(Membership) Membership {
-		m, err := kvstore.OpenMembers(context.Background(), mjs, kvstore.MembersConfig{Bucket: e.store.Bucket() + "_MEMBERS"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	})
+	a := e.startSplit("tba", nc)
 	b := e.start("tbb", nil)
 	e.stable(a, b)
 	mine := len(a.owned())

@@ -148,6 +148,23 @@ func (e *partEnv) startOn(id string, nc *nats.Conn, wrap func(Membership) Member
 	return e.startWith(id, nc, wrap, nil)
 }
 
+// startSplit is startOn with the replica's heartbeats on a connection of their own, to the server
+// directly (as the command sends them), so that nc can go down while they go on.
+func (e *partEnv) startSplit(id string, nc *nats.Conn) *replica {
+	e.t.Helper()
+	mjs, err := jetstream.New(natstest.Connect(e.t, e.srv.ClientURL()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.startOn(id, nc, func(Membership) Membership {
+		m, err := kvstore.OpenMembers(context.Background(), mjs, kvstore.MembersConfig{Bucket: e.store.Bucket() + "_MEMBERS"})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return m
+	})
+}
+
 // startWith is startOn; wrapStore, if set, sits between the bridge and its task store.
 func (e *partEnv) startWith(id string, nc *nats.Conn, wrap func(Membership) Membership, wrapStore func(*kvstore.JetStore) Store) *replica {
 	e.t.Helper()
@@ -625,17 +642,7 @@ func TestWorkConnectionDownFences(t *testing.T) {
 	e := newPartEnv(t, 60, time.Second)
 	// sa's connection stays away for a while once the server drops it.
 	nc := natstest.Connect(t, e.srv.ClientURL(), nats.ReconnectWait(30*time.Second))
-	mjs, err := jetstream.New(natstest.Connect(t, e.srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := e.startOn("sa", nc, func(Membership) Membership {
-		m, err := kvstore.OpenMembers(context.Background(), mjs, kvstore.MembersConfig{Bucket: e.store.Bucket() + "_MEMBERS"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	})
+	a := e.startSplit("sa", nc)
 	b := e.start("sb", nil)
 	e.stable(a, b)
 	cid, err := nc.GetClientID()
