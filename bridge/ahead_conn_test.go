@@ -2,8 +2,6 @@ package bridge
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,63 +13,6 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-// cutProxy forwards TCP connections to target until it is cut: then it closes them and refuses
-// new ones until it is restored.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]struct{}
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	go p.accept()
-	t.Cleanup(func() { _ = ln.Close(); p.setCut(true) })
-	return p
-}
-
-func (p *cutProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		p.mu.Lock()
-		if err != nil || p.cut {
-			p.mu.Unlock()
-			_ = c.Close()
-			if up != nil {
-				_ = up.Close()
-			}
-			continue
-		}
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-		go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-	}
-}
-
-func (p *cutProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		clear(p.conns)
-	}
-}
-
 // A held claim whose due time comes while the bridge's connection to NATS is down is not put in
 // the reconnect buffer: if the attempt's lease ends before the reconnect, the attempt is never
 // delivered (it could otherwise reach the consumer after the next attempt), and the lease ends as
@@ -79,8 +20,8 @@ func (p *cutProxy) setCut(cut bool) {
 func TestClaimAheadNotBufferedWhileDisconnected(t *testing.T) {
 	t.Parallel()
 	e := newLoopEnv(t, Config{ClaimAhead: time.Second})
-	proxy := newCutProxy(t, strings.TrimPrefix(e.nc.ConnectedUrl(), "nats://"))
-	bnc := natstest.Connect(t, "nats://"+proxy.ln.Addr().String(), nats.ReconnectBufSize(1<<20))
+	proxy := natstest.NewCutProxy(t, strings.TrimPrefix(e.nc.ConnectedUrl(), "nats://"))
+	bnc := natstest.Connect(t, proxy.URL(), nats.ReconnectBufSize(1<<20))
 	fires := e.consume(2)
 	var held atomicInt
 	b, err := New(bnc, e.fs, e.cfg)
@@ -111,13 +52,13 @@ func TestClaimAheadNotBufferedWhileDisconnected(t *testing.T) {
 	if !checkFor(10*time.Second, func() bool { return held.get() == 1 }) {
 		t.Fatal("the claim is not held")
 	}
-	proxy.setCut(true)
+	proxy.SetCut(true)
 	if !checkFor(5*time.Second, func() bool { return !bnc.IsConnected() }) {
 		t.Fatal("the bridge's connection did not go down")
 	}
 	// Past the due time and the attempt's lease (due + 1s) while disconnected.
 	noFire(t, fires, time.Until(time.UnixMilli(due+1000))+300*time.Millisecond, "while disconnected")
-	proxy.setCut(false)
+	proxy.SetCut(false)
 	if !checkFor(10*time.Second, func() bool { return bnc.IsConnected() }) {
 		t.Fatal("the bridge did not reconnect")
 	}

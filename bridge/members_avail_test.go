@@ -99,8 +99,8 @@ func TestTwoBlipsKeepPartitions(t *testing.T) {
 	const lease = 8 * time.Second
 	grace := lease / 4 // how long a replica's connection may be down before it leaves
 	e := newPartEnv(t, 60, lease)
-	proxy := newCutProxy(t, strings.TrimPrefix(e.srv.ClientURL(), "nats://"))
-	nc := natstest.Connect(t, "nats://"+proxy.ln.Addr().String(), nats.ReconnectWait(10*time.Millisecond), nats.ReconnectJitter(0, 0))
+	proxy := natstest.NewCutProxy(t, strings.TrimPrefix(e.srv.ClientURL(), "nats://"))
+	nc := natstest.Connect(t, proxy.URL(), nats.ReconnectWait(10*time.Millisecond), nats.ReconnectJitter(0, 0))
 	a := e.startSplit("tba", nc)
 	b := e.start("tbb", nil)
 	e.stable(a, b)
@@ -112,15 +112,15 @@ func TestTwoBlipsKeepPartitions(t *testing.T) {
 	start := time.Now()
 	// The sleeps shape the outages (half a grace, then from there to 1.2 graces after the
 	// start); the test waits on nothing by them.
-	proxy.setCut(true)
+	proxy.SetCut(true)
 	time.Sleep(grace / 2)
-	proxy.setCut(false)
+	proxy.SetCut(false)
 	if !checkFor(grace/4, nc.IsConnected) {
 		t.Fatal("the connection did not come back")
 	}
-	proxy.setCut(true)
+	proxy.SetCut(true)
 	time.Sleep(time.Until(start.Add(grace * 6 / 5)))
-	proxy.setCut(false)
+	proxy.SetCut(false)
 	restored := time.Now()
 	if !checkFor(grace/4, nc.IsConnected) {
 		t.Fatal("the connection did not come back")

@@ -22,7 +22,7 @@ type chaosRig struct {
 	t         testing.TB
 	cluster   *procs.Cluster
 	bridges   []*bridgeProc
-	proxies   []*cutProxy // the last bridge's way to NATS, when proxied
+	proxies   []*natstest.CutProxy // the last bridge's way to NATS, when proxied
 	obs       *observers
 	cons      *consumers
 	revs      *revisionWatch
@@ -67,9 +67,9 @@ func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
 		if o.proxied && i == o.bridges-1 {
 			var purls []string
 			for _, nd := range c.Nodes() {
-				p := newCutProxy(t, "127.0.0.1:"+strconv.Itoa(nd.ClientPort))
+				p := natstest.NewCutProxy(t, "127.0.0.1:"+strconv.Itoa(nd.ClientPort))
 				r.proxies = append(r.proxies, p)
-				purls = append(purls, p.url())
+				purls = append(purls, p.URL())
 			}
 			url = strings.Join(purls, ",")
 		}

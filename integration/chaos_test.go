@@ -191,11 +191,11 @@ func (r *chaosRig) inject(f plannedFault) {
 		b := r.bridges[f.target]
 		rec.target, rec.start = b.id, time.Now()
 		for _, p := range r.proxies {
-			p.setCut(true)
+			p.SetCut(true)
 		}
 		down()
 		for _, p := range r.proxies {
-			p.setCut(false)
+			p.SetCut(false)
 		}
 		rec.end = time.Now()
 		rec.settled = rec.end.Add(3 * time.Second) // its reconnect (back-off) and buffered writes
