@@ -254,3 +254,15 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("--intake defaults to %d, want --burst's 7", o.intake)
 	}
 }
+
+func TestTaskPayloadSize(t *testing.T) {
+	for _, n := range []int{0, 1, len(basePayload), len(basePayload) + 1, len(basePayload) + 9, len(basePayload) + 10, 1024, 4096} {
+		p := taskPayload(n)
+		if want := max(n, len(basePayload)); len(p) != want {
+			t.Errorf("taskPayload(%d): %d bytes, want %d", n, len(p), want)
+		}
+		if !json.Valid(p) {
+			t.Errorf("taskPayload(%d) = %q: not JSON", n, p)
+		}
+	}
+}

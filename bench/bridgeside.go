@@ -255,9 +255,9 @@ func (r *runner) waitStored(ctx context.Context, s *bridgeSide, within time.Dura
 }
 
 // schedule is the schedule message of task <biz>-<i>; set adds the timing headers.
-func bridgeSchedule(biz string, i int, set func(h nats.Header)) *nats.Msg {
+func bridgeSchedule(body []byte, biz string, i int, set func(h nats.Header)) *nats.Msg {
 	m := nats.NewMsg(bridge.SchedulePrefix + biz)
-	m.Data = payload
+	m.Data = body
 	m.Header.Set(bridge.HeaderTaskID, biz+"-"+strconv.Itoa(i))
 	set(m.Header)
 	return m
@@ -315,7 +315,7 @@ func (r *runner) bridgeIntake(ctx context.Context, srv *serverSet, x *result) er
 	}
 	start := time.Now()
 	if err := publishAll(ctx, r.p, "publish", s.nc, r.o.intake, func(i int) *nats.Msg {
-		return bridgeSchedule("far", i, func(h nats.Header) { h.Set(bridge.HeaderDelay, strconv.Itoa(3600_000+i)) })
+		return bridgeSchedule(r.payload, "far", i, func(h nats.Header) { h.Set(bridge.HeaderDelay, strconv.Itoa(3600_000+i)) })
 	}); err != nil {
 		return err
 	}
@@ -348,7 +348,7 @@ func (r *runner) bridgeSpread(ctx context.Context, srv *serverSet, x *result) er
 	}
 	if err := publishAll(ctx, r.p, "publish", s.nc, total, func(i int) *nats.Msg {
 		d := spreadDelay(i, total)
-		m := bridgeSchedule("spread", i, func(h nats.Header) { h.Set(bridge.HeaderDelay, strconv.FormatInt(d.Milliseconds(), 10)) })
+		m := bridgeSchedule(r.payload, "spread", i, func(h nats.Header) { h.Set(bridge.HeaderDelay, strconv.FormatInt(d.Milliseconds(), 10)) })
 		mu.Lock()
 		meant[m.Header.Get(bridge.HeaderTaskID)] = time.Now().Add(d)
 		mu.Unlock()
@@ -400,7 +400,7 @@ func (r *runner) bridgeBurst(ctx context.Context, srv *serverSet, x *result) err
 	due := time.Now().Add(lead).Truncate(time.Millisecond)
 	dueMs := strconv.FormatInt(due.UnixMilli(), 10)
 	if err := publishAll(ctx, r.p, "publish", s.nc, total, func(i int) *nats.Msg {
-		return bridgeSchedule("burst", i, func(h nats.Header) { h.Set(bridge.HeaderDeliverAt, dueMs) })
+		return bridgeSchedule(r.payload, "burst", i, func(h nats.Header) { h.Set(bridge.HeaderDeliverAt, dueMs) })
 	}); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ type options struct {
 	spread     int
 	burst      int
 	pending    int
+	payload    int // bytes of every task's body
 	lead       time.Duration
 	only       []string // scenarios to run, in table order
 	json       bool
@@ -56,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.spread, "spread", 2000, "tasks spread over 0.5–4 s in the lateness rows")
 	fs.IntVar(&o.burst, "burst", 50000, "tasks due at one instant in the burst and writes rows")
 	fs.IntVar(&o.pending, "pending", 1000000, "far-future tasks pending in the memory and restart rows")
+	fs.IntVar(&o.payload, "payload-bytes", len(basePayload), "bytes of every task's body, both sides (a small JSON object, padded)")
 	fs.DurationVar(&o.lead, "lead", 0, "time from the start of publishing a burst to its due instant (default: from the intake row's rate)")
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), pending (heap, memory, rss, restart); default all")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
@@ -73,7 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("--sync %q: want always or default", o.sync))
 	}
 	o.intake = cmpOr(o.intake, o.burst)
-	for name, v := range map[string]int{"--bridges": o.bridges, "--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending} {
+	for name, v := range map[string]int{"--bridges": o.bridges, "--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending, "--payload-bytes": o.payload} {
 		if v < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: want at least 1", name, v))
 		}
@@ -164,7 +166,7 @@ func run(ctx context.Context, o options, stderr io.Writer) (Report, error) {
 	if o.cluster {
 		nodes = 3
 	}
-	r := &runner{o: o, p: p, bin: bin, tmp: tmp, nodes: nodes,
+	r := &runner{o: o, p: p, bin: bin, tmp: tmp, nodes: nodes, payload: taskPayload(o.payload),
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))}
 	res := map[string]map[string]*result{}
 	for _, sc := range o.only {
@@ -189,7 +191,7 @@ func run(ctx context.Context, o options, stderr io.Writer) (Report, error) {
 	}
 	settings := map[string]any{
 		"sync": o.sync, "nodes": nodes, "bridges": o.bridges, "write_batch": (*kvstore.BatchMaxFlag)(&o.writeBatch).String(), "burst": o.burst, "spread": o.spread, "intake": o.intake,
-		"pending": o.pending, "nats_server": serverVersion(bin), "go": runtime.Version(),
+		"pending": o.pending, "payload_bytes": len(r.payload), "nats_server": serverVersion(bin), "go": runtime.Version(),
 		"cpus": runtime.NumCPU(), "date": time.Now().UTC().Format(time.RFC3339),
 	}
 	return buildReport(settings, o.only, res), nil

@@ -64,9 +64,9 @@ func (r *runner) openNative(ctx context.Context, srv *serverSet) (*nativeSide, e
 func (n *nativeSide) close() { n.nc.Close() }
 
 // schedule is the schedule message of task i of biz, due at due.
-func nativeSchedule(biz string, i int, due time.Time) *nats.Msg {
+func nativeSchedule(body []byte, biz string, i int, due time.Time) *nats.Msg {
 	m := nats.NewMsg(nativeSchedPf + biz + "." + strconv.Itoa(i))
-	m.Data = payload
+	m.Data = body
 	at := due.UTC().Format(time.RFC3339Nano)
 	m.Header.Set("Nats-Schedule", "@at "+at)
 	m.Header.Set("Nats-Schedule-Target", nativeFirePf+biz)
@@ -124,7 +124,7 @@ func (r *runner) nativeIntake(ctx context.Context, srv *serverSet, x *result) er
 	far := time.Now().Add(time.Hour)
 	start := time.Now()
 	if err := publishAll(ctx, r.p, "publish", n.nc, r.o.intake, func(i int) *nats.Msg {
-		return nativeSchedule("far", i, far.Add(time.Duration(i)*time.Millisecond))
+		return nativeSchedule(r.payload, "far", i, far.Add(time.Duration(i)*time.Millisecond))
 	}); err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (r *runner) nativeSpread(ctx context.Context, srv *serverSet, x *result) er
 	meant := make([]time.Time, total)
 	if err := publishAll(ctx, r.p, "publish", n.nc, total, func(i int) *nats.Msg {
 		meant[i] = time.Now().Add(spreadDelay(i, total))
-		return nativeSchedule("spread", i, meant[i])
+		return nativeSchedule(r.payload, "spread", i, meant[i])
 	}); err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (r *runner) nativeBurst(ctx context.Context, srv *serverSet, x *result) err
 	}
 	due := time.Now().Add(r.burstLead("native")).Truncate(time.Millisecond)
 	if err := publishAll(ctx, r.p, "publish", n.nc, total, func(i int) *nats.Msg {
-		return nativeSchedule("burst", i, due)
+		return nativeSchedule(r.payload, "burst", i, due)
 	}); err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ func (r *runner) bridgePending(ctx context.Context, srv *serverSet, x *result) e
 	rss0, rssErr := srv.rss()
 	start := time.Now()
 	if err := publishAll(ctx, r.p, "publish", s.nc, total, func(i int) *nats.Msg {
-		return bridgeSchedule("far", i, func(h nats.Header) { h.Set(bridge.HeaderDelay, strconv.Itoa(3600_000+i)) })
+		return bridgeSchedule(r.payload, "far", i, func(h nats.Header) { h.Set(bridge.HeaderDelay, strconv.Itoa(3600_000+i)) })
 	}); err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (r *runner) bridgePending(ctx context.Context, srv *serverSet, x *result) e
 	if err := s.consume("new", newFire, nil, nil, nil); err != nil {
 		return err
 	}
-	if _, err := s.js.PublishMsg(ctx, bridgeSchedule("new", 0, func(h nats.Header) { h.Set(bridge.HeaderDelay, "0") })); err != nil {
+	if _, err := s.js.PublishMsg(ctx, bridgeSchedule(r.payload, "new", 0, func(h nats.Header) { h.Set(bridge.HeaderDelay, "0") })); err != nil {
 		return fmt.Errorf("schedule before restart: %w", err)
 	}
 	stopProfile, err := startCPUProfile(r.o.cpuProfile)

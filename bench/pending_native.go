@@ -19,7 +19,7 @@ func (r *runner) nativePending(ctx context.Context, srv *serverSet, x *result) e
 	far := time.Now().Add(time.Hour)
 	start := time.Now()
 	if err := publishAll(ctx, r.p, "publish", n.nc, total, func(i int) *nats.Msg {
-		return nativeSchedule("far", i, far.Add(time.Duration(i)*time.Millisecond))
+		return nativeSchedule(r.payload, "far", i, far.Add(time.Duration(i)*time.Millisecond))
 	}); err != nil {
 		n.close()
 		return err
@@ -48,7 +48,7 @@ func (r *runner) nativePending(ctx context.Context, srv *serverSet, x *result) e
 		return err
 	}
 	defer stop()
-	if _, err := n.js.PublishMsg(ctx, nativeSchedule("new", 0, time.Now())); err != nil {
+	if _, err := n.js.PublishMsg(ctx, nativeSchedule(r.payload, "new", 0, time.Now())); err != nil {
 		return fmt.Errorf("schedule after restart: %w", err)
 	}
 	err = r.waitFor(ctx, "first fire", time.Minute, func() bool { return f.distinct() >= 1 }, func() string { return "waiting" })

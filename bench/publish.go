@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -10,8 +11,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// payload is the body of every task.
-var payload = []byte(`{"order":42,"note":"close if unpaid"}`)
+// basePayload is the body of every task at the default --payload-bytes.
+const basePayload = `{"order":42,"note":"close if unpaid"}`
+
+// taskPayload is the body of every task, n bytes long (at least len(basePayload)): basePayload
+// with a "pad" field of x's when n is larger, so it stays readable JSON.
+func taskPayload(n int) []byte {
+	if n <= len(basePayload) {
+		return []byte(basePayload)
+	}
+	pad := n - len(basePayload) - len(`,"pad":""`)
+	if pad < 0 {
+		return []byte(basePayload + strings.Repeat(" ", n-len(basePayload)))
+	}
+	return []byte(basePayload[:len(basePayload)-1] + `,"pad":"` + strings.Repeat("x", pad) + `"}`)
+}
 
 // publishAll publishes msg(0..n-1) with pipelined JetStream publishes and waits until the stream
 // accepted every one; a refused publish is an error. It reports progress while it waits.

@@ -17,6 +17,8 @@ type runner struct {
 	tmp   string
 	nodes int
 	log   *slog.Logger // the bridge's logger
+	// payload is every task's body (--payload-bytes), on both sides.
+	payload []byte
 	// intakeRate is each side's measured intake rate until stored (tasks/s), for the burst lead.
 	intakeRate map[string]float64
 }

@@ -151,7 +151,7 @@ func (r Report) writeTable(w io.Writer) {
 }
 
 func settingsLine(s map[string]any) string {
-	keys := []string{"sync", "nodes", "bridges", "write_batch", "burst", "spread", "intake", "pending", "nats_server", "go", "cpus", "date"}
+	keys := []string{"sync", "nodes", "bridges", "write_batch", "burst", "spread", "intake", "pending", "payload_bytes", "nats_server", "go", "cpus", "date"}
 	var parts []string
 	for _, k := range keys {
 		if v, ok := s[k]; ok {
