@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -17,7 +18,12 @@ import (
 //	<raw payload bytes>
 //
 // One line of JSON metadata, one '\n', then the payload exactly as given (no base64). JSON never
-// contains a raw newline, so the first '\n' ends the metadata. Fields, in this order:
+// contains a raw newline, so the first '\n' ends the metadata. The JetStore writes the same line
+// once more as the message header HdrRecord ("Ax-Record"), which a headers-only read decodes
+// (DecodeRecordHeader) into the record's state without its payload; the body stays whole, so that
+// `nats kv get` and readers that ignore the header see the full record. The line fits a header
+// value: it is valid UTF-8 without control characters (the encoder escapes them) and starts and
+// ends with a brace, so no reader trims it. Fields, in this order:
 //
 //	v            int       always 1
 //	id           string    task id
@@ -55,6 +61,19 @@ import (
 // The codec is hand-written rather than encoding/json: an encoding/json decoder (with the checks
 // below: exact field names, null as absent) made the bridge's restart to a loaded index of 1M
 // records 2.9× slower in `axbridge bench` (issue 15).
+
+// HdrRecord is the message header that repeats a stored record's metadata line (everything before
+// the first '\n' of its value). Records written before it existed have none.
+const HdrRecord = "Ax-Record"
+
+// metaLine is the metadata line of an encoded record: everything before its first '\n' (all of
+// val if there is none).
+func metaLine(val []byte) []byte {
+	if i := bytes.IndexByte(val, '\n'); i >= 0 {
+		return val[:i]
+	}
+	return val
+}
 
 // recordVersion is the only encoding version this build reads and writes.
 const recordVersion = 1

@@ -48,6 +48,25 @@ func (rd *recordDecoder) entry(id string, rev uint64, val []byte) (Entry, error)
 	return Entry{Task: t, Revision: rev}, nil
 }
 
+// partial is entry for the record header HdrRecord of task id at rev: an Entry with the record's
+// whole state and Partial set, its payload not loaded.
+func (rd *recordDecoder) partial(id string, rev uint64, meta []byte) (Entry, error) {
+	t, err := decodeMetaAs(meta, id, rd)
+	if err != nil {
+		return Entry{}, fmt.Errorf("task %s revision %d: header %s: %w", id, rev, HdrRecord, err)
+	}
+	if t.ID != id {
+		return Entry{}, fmt.Errorf("task %s revision %d: %w: the record names task %q", id, rev, ErrCorrupt, t.ID)
+	}
+	return Entry{Task: t, Revision: rev, Partial: true}, nil
+}
+
+// DecodeRecordHeader decodes the value of a record's HdrRecord header (its metadata line) into the
+// task's state: every field but the payload, which stays empty. The error is DecodeTask's.
+func DecodeRecordHeader(v string) (Task, error) {
+	return decodeMetaAs([]byte(v), "", nil)
+}
+
 // decodeTaskAs is decodeTask that takes the ID from id, with no copy, when the record's id
 // field is the same, and the BizType from rd (if not nil) likewise.
 func decodeTaskAs(b []byte, id string, rd *recordDecoder) (Task, error) {
@@ -58,7 +77,16 @@ func decodeTaskAs(b []byte, id string, rd *recordDecoder) (Task, error) {
 	if nl < 0 {
 		return Task{}, fmt.Errorf("%w: no newline after the metadata", ErrCorrupt)
 	}
-	meta, payload := b[:nl], b[nl+1:]
+	t, err := decodeMetaAs(b[:nl], id, rd)
+	if err == nil && nl+1 < len(b) {
+		t.Payload = b[nl+1:]
+	}
+	return t, err
+}
+
+// decodeMetaAs decodes a record's metadata line alone (decodeTaskAs without the payload): the
+// task comes back with an empty payload.
+func decodeMetaAs(meta []byte, id string, rd *recordDecoder) (Task, error) {
 	var m metaFields
 	d := metaDecoder{b: meta, id: id, rd: rd}
 	if err := d.object(&m); err != nil {
@@ -94,9 +122,6 @@ func decodeTaskAs(b []byte, id string, rd *recordDecoder) (Task, error) {
 		LastError:   m.lastError,
 		Claim:       uint64(m.claim),
 		Fingerprint: m.src,
-	}
-	if len(payload) > 0 {
-		t.Payload = payload
 	}
 	return t, nil
 }

@@ -67,6 +67,11 @@ type Task struct {
 type Entry struct {
 	Task     Task
 	Revision uint64
+	// Partial: only the record's state was loaded, not its payload (a JetStore watch's initial
+	// values, read from the records' headers). Task.Payload is empty and every other field is the
+	// record's, Header included. Such an entry may decide what to do with a task, but it must never
+	// be written back or published: read the record (Get, GetMany) for that.
+	Partial bool
 }
 
 // Errors returned by every Store implementation. Match them with errors.Is.
