@@ -401,9 +401,7 @@ func (l *loopState) take() {
 		if n.kind == jobPreRead {
 			// Index the fire itself now; the read, if it comes back in time, only adds the payload.
 			l.idx.put(n.id, addMs(n.due, l.b.cfg.PreRead), n.rev, jobFire)
-			if len(l.near)+len(l.reads) < l.b.cfg.MaxPreReadTasks && l.nearBytes < l.b.cfg.MaxPreReadBytes {
-				l.reads = append(l.reads, n.id)
-			}
+			l.preRead(n.id)
 			continue
 		}
 		j := job{kind: jobFire, id: n.id, rev: n.rev, due: n.due, ahead: l.ahead, taken: l.now.mono}
@@ -432,6 +430,13 @@ func (l *loopState) take() {
 		l.idx.pop(heapHouse)
 		l.house = append(l.house, job{kind: jobLease, id: n.id, rev: n.rev, due: n.due})
 		l.flight[n.id] = flight{rev: n.rev, queued: true, due: n.due}
+	}
+}
+
+// preRead queues id for the next batched pre-read, if the pre-read bounds leave room.
+func (l *loopState) preRead(id string) {
+	if len(l.near)+len(l.reads) < l.b.cfg.MaxPreReadTasks && l.nearBytes < l.b.cfg.MaxPreReadBytes {
+		l.reads = append(l.reads, id)
 	}
 }
 
@@ -489,9 +494,14 @@ func (l *loopState) apply(ev kvstore.Event) {
 		if tok, ok := l.unsure[id]; ok && e.Revision > tok {
 			delete(l.unsure, id)
 			if t.Status == kvstore.StatusRunning && t.Owner == l.b.cfg.ReplicaID && t.Claim == tok {
-				// The claim whose outcome was unknown landed: publish its attempt now.
-				ec := e
-				l.fires = append(l.fires, job{kind: jobFire, id: id, rev: tok, due: t.DueAt, entry: &ec, unsure: true})
+				// The claim whose outcome was unknown landed: publish its attempt now. A partial
+				// entry (no payload) cannot be published: the worker reads the record back.
+				j := job{kind: jobFire, id: id, rev: tok, due: t.DueAt, unsure: true}
+				if !e.Partial {
+					ec := e
+					j.entry = &ec
+				}
+				l.fires = append(l.fires, j)
 			}
 		}
 		if t.Status != kvstore.StatusRunning {
@@ -500,7 +510,13 @@ func (l *loopState) apply(ev kvstore.Event) {
 		switch t.Status {
 		case kvstore.StatusWaiting:
 			if t.DueAt <= addMs(l.now.ms, l.b.cfg.PreRead) {
-				l.keepNear(&e)
+				if e.Partial {
+					// Its payload was not loaded (a watch's initial values): read it now, in a
+					// batch with the others, and keep the record read back, not this one.
+					l.preRead(id)
+				} else {
+					l.keepNear(&e)
+				}
 				l.idx.put(id, t.DueAt, e.Revision, jobFire)
 			} else {
 				l.idx.put(id, subMs(t.DueAt, l.b.cfg.PreRead), e.Revision, jobPreRead)
@@ -550,8 +566,12 @@ func recordBytes(t *kvstore.Task) int {
 	return n
 }
 
-// keepNear holds e with its payload, if the pre-read bounds leave room.
+// keepNear holds e with its payload, if the pre-read bounds leave room. A partial entry has no
+// payload to hold: a fire taking it would publish an empty body.
 func (l *loopState) keepNear(e *kvstore.Entry) {
+	if e.Partial {
+		return
+	}
 	n := recordBytes(&e.Task)
 	if len(l.near) >= l.b.cfg.MaxPreReadTasks || l.nearBytes+n > l.b.cfg.MaxPreReadBytes {
 		return

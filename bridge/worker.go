@@ -51,9 +51,11 @@ func (b *Bridge) readBehind(j job) {
 	b.report(result{id: j.id, rev: j.rev, kind: j.kind, behind: true})
 }
 
-// load returns the job's record: the pre-read one, or a fresh read.
+// load returns the job's record: the pre-read one, or a fresh read. A partial entry (state
+// without payload, from a watch's initial values) never reaches a job by design; if one does, it
+// is read again rather than claimed or published with an empty body.
 func (b *Bridge) load(ctx context.Context, j job) (kvstore.Entry, bool) {
-	if j.entry != nil {
+	if j.entry != nil && !j.entry.Partial {
 		return *j.entry, true
 	}
 	e, err := b.store.Get(ctx, j.id)
