@@ -391,6 +391,7 @@ func (s *JetStore) get(ctx context.Context, id, key string) (Entry, error) {
 // leaderMsg is the last message of a key (or key filter) as the stream leader has it.
 type leaderMsg struct {
 	seq     uint64
+	subject string
 	data    []byte
 	deleted bool // a delete or purge marker
 }
@@ -401,9 +402,15 @@ type leaderMsg struct {
 // older revision, or none (seen here right after a CAS conflict on a fresh key). ErrNotFound if
 // there is no message.
 func (s *JetStore) leaderLast(ctx context.Context, filter string) (leaderMsg, error) {
-	req, err := json.Marshal(struct {
+	return s.leaderGet(ctx, struct {
 		LastBySubj string `json:"last_by_subj"`
 	}{s.prefix + filter})
+}
+
+// leaderGet is a stream message get of request r (by last subject, or by sequence), which the
+// stream leader answers. ErrNotFound if there is no such message.
+func (s *JetStore) leaderGet(ctx context.Context, r any) (leaderMsg, error) {
+	req, err := json.Marshal(r)
 	if err != nil {
 		return leaderMsg{}, err
 	}
@@ -413,9 +420,10 @@ func (s *JetStore) leaderLast(ctx context.Context, filter string) (leaderMsg, er
 	}
 	var resp struct {
 		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Hdrs []byte `json:"hdrs"`
-			Data []byte `json:"data"`
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Hdrs    []byte `json:"hdrs"`
+			Data    []byte `json:"data"`
 		} `json:"message"`
 		Error *jetstream.APIError `json:"error"`
 	}
@@ -428,7 +436,7 @@ func (s *JetStore) leaderLast(ctx context.Context, filter string) (leaderMsg, er
 	case resp.Message == nil:
 		return leaderMsg{}, errors.New("message get: empty answer")
 	}
-	m := leaderMsg{seq: resp.Message.Seq, data: resp.Message.Data}
+	m := leaderMsg{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data}
 	if len(resp.Message.Hdrs) > 0 {
 		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
 		if err != nil {

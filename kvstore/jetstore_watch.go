@@ -5,21 +5,30 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // Watch delivers the records of the given partitions (all if none are given), then
-// EventInitDone, then live changes. One ordered consumer filters on PartitionFilter(p) for each p.
-// A goroutine (drain) decodes what nats.go's watcher channel delivers and sends it on the
+// EventInitDone, then live changes. The initial values come from a headers-only ordered consumer
+// (loadHeads): each record's state is its header HdrRecord, decoded into a Partial entry, so that
+// a restart does not move every payload over the wire; a record without the header (written
+// before it existed) is read in full. Once they are done, that consumer is stopped and a normal
+// watch (nats.go's, one ordered consumer filtering on PartitionFilter(p) for each p) takes over
+// from the next revision, so the live changes are full entries and nothing between the two is
+// lost or delivered twice. A goroutine (drain) turns what both deliver into events on the
 // watcher's Events channel, which holds at most Config.WatchBuffer events: when it is full that
-// goroutine waits, nats.go's delivery waits for it, the consumer's flow control goes unanswered and
-// the server stops sending, until the reader catches up. The channel is also closed if the connection closes. Starting the watch (the
-// leader reads and the consumer's creation) is bounded by ctx's deadline, or Config.Timeout if
-// it has none; the watch itself lasts until ctx ends or Stop.
+// goroutine waits, the consumer's delivery waits for it, its flow control goes unanswered and the
+// server stops sending, until the reader catches up. The channel is also closed if the connection
+// closes, or if the live watch cannot be started (the reader then starts the watch again).
+// Starting the watch (the leader reads and the first consumer's creation) is bounded by ctx's
+// deadline, or Config.Timeout if it has none; the watch itself lasts until ctx ends or Stop.
 func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error) {
 	ps, err := checkPartitions(partitions, s.cfg.Partitions)
 	if err != nil {
@@ -36,8 +45,8 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	}
 	sctx, scancel := withTimeout(ctx, s.cfg.Timeout)
 	defer scancel()
-	// nats.go marks the end of the initial values when the consumer has delivered what was pending
-	// at its creation on the server that hosts it. On a replicated bucket that server may be a
+	// The consumer marks the end of the initial values when it has delivered what was pending at
+	// its creation on the server that hosts it. On a replicated bucket that server may be a
 	// follower that has not yet applied the latest writes, so the watch also waits until it has
 	// seen the revision the stream leader reports as last for its filters.
 	target, err := s.watchTarget(sctx, filters, len(ps) == s.cfg.Partitions)
@@ -47,17 +56,13 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	if s.testHookTarget != nil {
 		s.testHookTarget()
 	}
-	// nats.go unsubscribes when this context ends (and keeps a goroutine until it does), so it is
-	// cancelled when the watcher stops. Until WatchFiltered returns it also ends with sctx, which
-	// bounds the consumer's creation.
+	// Both consumers end with this context, which is cancelled when the watcher stops. Until the
+	// first is created it also ends with sctx, which bounds the creation.
 	wctx, cancel := context.WithCancel(ctx)
 	stopBound := context.AfterFunc(sctx, cancel)
-	kw, err := s.kv.WatchFiltered(wctx, filters)
+	hw, err := s.watchHeads(wctx, filters)
 	if !stopBound() && err == nil {
-		go func() { // the watch was cancelled: let nats.go close its channel
-			for range kw.Updates() {
-			}
-		}()
+		hw.stop()
 		err = sctx.Err()
 	}
 	if err != nil {
@@ -68,69 +73,173 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
-		s.drain(wctx, kw, w, filters, len(ps) == s.cfg.Partitions, target)
+		s.drain(wctx, hw, w, filters, len(ps) == s.cfg.Partitions, target)
 	}()
 	go func() {
 		select {
 		case <-w.stop:
 		case <-wctx.Done():
-		case <-drained: // nats.go closed the channel (the connection closed)
+		case <-drained: // the connection closed, or the live watch could not start
 		}
-		cancel()
-		_ = kw.Stop() // fails harmlessly if the context already unsubscribed
-		<-drained     // nats.go closes Updates once the subscription is gone
+		cancel()  // nats.go unsubscribes the live watch when its context ends
+		hw.stop() // idempotent; drain stops it when the initial values are done
+		<-drained // nats.go closes Updates once the subscription is gone
 		close(w.done)
 	}()
 	return w, nil
+}
+
+// headWatch is the headers-only ordered consumer of a watch's initial values. Its callback, on
+// nats.go's delivery goroutine, hands each message to drain through msgs, waiting while drain is
+// behind (so flow control holds the server back, as for nats.go's own watcher).
+type headWatch struct {
+	sub      *nats.Subscription
+	pending  uint64         // messages pending at the consumer's creation
+	msgs     chan *nats.Msg // written by the callback, read by drain
+	quit     chan struct{}  // closed by stop: the callback drops what it has
+	closed   chan struct{}  // closed when the subscription is gone (stop, or the connection)
+	stopOnce sync.Once
+}
+
+// watchHeads creates the headers-only consumer of the last message of every key under filters
+// (keys relative to the bucket), and then of every later message, as nats.go's KV watch does.
+func (s *JetStore) watchHeads(ctx context.Context, filters []string) (*headWatch, error) {
+	js, err := s.js.Conn().JetStream(nats.APIPrefix(apiPrefix(s.js.Options())))
+	if err != nil {
+		return nil, err
+	}
+	subjects := make([]string, len(filters))
+	for i, f := range filters {
+		subjects[i] = s.prefix + f
+	}
+	hw := &headWatch{msgs: make(chan *nats.Msg, 256), quit: make(chan struct{}), closed: make(chan struct{})}
+	cb := func(m *nats.Msg) {
+		select {
+		case hw.msgs <- m:
+		case <-hw.quit:
+		}
+	}
+	opts := []nats.SubOpt{nats.BindStream("KV_" + s.cfg.Bucket), nats.OrderedConsumer(),
+		nats.DeliverLastPerSubject(), nats.HeadersOnly(), nats.Context(ctx)}
+	subj := subjects[0]
+	if len(subjects) > 1 {
+		subj = ""
+		opts = append(opts, nats.ConsumerFilterSubjects(subjects...))
+	}
+	sub, err := js.Subscribe(subj, cb, opts...)
+	if err != nil {
+		return nil, err
+	}
+	sub.SetClosedHandler(func(string) { close(hw.closed) })
+	hw.sub = sub
+	if hw.pending, err = sub.InitialConsumerPending(); err != nil {
+		hw.stop()
+		return nil, err
+	}
+	return hw, nil
+}
+
+// stop unsubscribes (its consumer is ephemeral: the server removes it) and releases the callback.
+// Idempotent.
+func (hw *headWatch) stop() {
+	hw.stopOnce.Do(func() {
+		close(hw.quit)
+		_ = hw.sub.Unsubscribe() // fails harmlessly if the connection closed it already
+	})
 }
 
 // targetRecheck is how often a watch whose consumer has delivered its initial values, but not yet
 // the revision the leader reported as last, asks the leader again.
 const targetRecheck = 250 * time.Millisecond
 
-// drain is the only reader of kw.Updates(): it turns nats.go's entries into events for w until
-// nats.go closes the channel (after Stop, the end of ctx, or the connection's), and sends
-// EventInitDone once nats.go has delivered the initial values and the watch has seen target, the
-// leader's last revision at the start. That message may be gone by the time the consumer starts
-// (a marker that expired, or a record that retired and whose marker then expired), so while only
-// target is missing the leader is asked again every targetRecheck: once the watch has seen what
-// the leader now has last, it has every record.
-func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *jetWatcher, filters []string, all bool, target uint64) {
-	initDone, natsInitDone, open := false, false, true
+// drain is the only reader of both consumers: it delivers the initial values (loadHeads), then
+// stops the headers-only consumer and delivers what a normal watch from the next revision brings,
+// until nats.go closes its channel (after Stop, the end of ctx, or the connection's).
+func (s *JetStore) drain(ctx context.Context, hw *headWatch, w *jetWatcher, filters []string, all bool, target uint64) {
+	defer close(w.events)
+	seen, ok := s.loadHeads(ctx, hw, w, filters, all, target)
+	hw.stop()
+	if !ok {
+		return
+	}
+	kw, err := s.kv.WatchFiltered(ctx, slices.Clone(filters), jetstream.ResumeFromRevision(seen+1))
+	if err != nil {
+		return // closing Events ends the watch: the reader starts it again
+	}
 	var rd recordDecoder
-	var seen uint64 // highest revision delivered
+	open := true
+	for e := range kw.Updates() {
+		if !open || e == nil {
+			// Stopped (keep reading until nats.go closes the channel), or the live watch's own
+			// end of initial values: the first watch has delivered those.
+			continue
+		}
+		open = w.send(ctx, jetEvent(&rd, e))
+	}
+}
+
+// loadHeads delivers the initial values from hw, then EventInitDone, once the consumer has
+// delivered what was pending at its creation and the watch has seen target, the leader's last
+// revision at the start. That message may be gone by the time the consumer starts (a marker that
+// expired, or a record that retired and whose marker then expired), so while only target is
+// missing the leader is asked again every targetRecheck: once the watch has seen what the leader
+// now has last, it has every record. It returns the highest revision delivered, and false if the
+// watch ended first.
+func (s *JetStore) loadHeads(ctx context.Context, hw *headWatch, w *jetWatcher, filters []string, all bool, target uint64) (uint64, bool) {
+	var rd recordDecoder
+	var seen, received uint64
+	natsInitDone := hw.pending == 0
+	// full holds the records without a HdrRecord header, key → revision, until they are read in
+	// full in a batch. A later message of the key drops its entry: that one is delivered instead.
+	full := map[string]uint64{}
 	var recheck *time.Ticker
 	defer func() {
 		if recheck != nil {
 			recheck.Stop()
 		}
-		close(w.events)
 	}()
-	updates := kw.Updates()
 	for {
+		if natsInitDone {
+			if seen >= target {
+				if !s.sendFull(ctx, w, &rd, full) {
+					return seen, false
+				}
+				return seen, w.send(ctx, Event{Kind: EventInitDone})
+			}
+			if recheck == nil {
+				recheck = time.NewTicker(targetRecheck)
+			}
+		}
 		var tick <-chan time.Time
 		if recheck != nil {
 			tick = recheck.C
 		}
 		select {
-		case e, ok := <-updates:
-			if !ok {
-				return
+		case m := <-hw.msgs:
+			md, err := m.Metadata()
+			if err != nil {
+				continue
 			}
-			if !open {
-				continue // stopped: keep reading until nats.go closes the channel
-			}
-			ev := jetEvent(&rd, e)
-			seen = max(seen, ev.Revision)
-			switch {
-			case initDone:
-				open = w.send(ctx, ev)
-			case ev.Kind == EventInitDone:
+			rev := md.Sequence.Stream
+			seen = max(seen, rev)
+			if received++; received >= hw.pending || md.NumPending == 0 {
 				natsInitDone = true
+			}
+			key := strings.TrimPrefix(m.Subject, s.prefix)
+			delete(full, key)
+			ev, whole := headEvent(&rd, key, rev, m.Header)
+			switch {
+			case whole:
+				full[key] = rev
+				if len(full) >= maxGetMany && !s.sendFull(ctx, w, &rd, full) {
+					return seen, false
+				}
 			case ev.Kind != EventDelete:
 				// A delete marker before the end of the initial values is a record deleted before
 				// the watch: not a current record.
-				open = w.send(ctx, ev)
+				if !w.send(ctx, ev) {
+					return seen, false
+				}
 			}
 		case <-tick:
 			tctx, cancel := withTimeout(ctx, s.cfg.Timeout)
@@ -138,21 +247,102 @@ func (s *JetStore) drain(ctx context.Context, kw jetstream.KeyWatcher, w *jetWat
 				target = t
 			}
 			cancel()
-		}
-		if !open || initDone || !natsInitDone {
-			continue
-		}
-		if seen >= target {
-			initDone = true
-			open = w.send(ctx, Event{Kind: EventInitDone})
-			if recheck != nil {
-				recheck.Stop()
-				recheck = nil
-			}
-		} else if recheck == nil {
-			recheck = time.NewTicker(targetRecheck)
+		case <-hw.closed:
+			return seen, false // the connection closed
+		case <-ctx.Done():
+			return seen, false
 		}
 	}
+}
+
+// headEvent is the event of a headers-only message of key at rev: a delete, a Partial entry
+// decoded from HdrRecord, or (whole) a record without that header, to be read in full.
+func headEvent(rd *recordDecoder, key string, rev uint64, h nats.Header) (ev Event, whole bool) {
+	id, ok := IDFromKey(key)
+	if !ok {
+		return Event{Kind: EventError, ID: key, Revision: rev,
+			Err: fmt.Errorf("%w: key %q is not p<partition>.<task id>", ErrCorrupt, key)}, false
+	}
+	if isMarker(h) {
+		return Event{Kind: EventDelete, ID: id, Revision: rev}, false
+	}
+	v := h.Get(HdrRecord)
+	if v == "" {
+		return Event{}, true
+	}
+	ent, err := rd.partial(id, rev, []byte(v))
+	if err != nil {
+		return Event{Kind: EventError, ID: id, Revision: rev, Err: err}, false
+	}
+	return Event{Kind: EventPut, ID: id, Revision: rev, Entry: ent}, false
+}
+
+// sendFull reads the records in full (key → the revision the watch saw) and delivers each that is
+// still at that revision, then empties full. A batched direct get answers most; one that answers
+// an older revision, or none, may be a replica that lags, so the stream leader is asked for that
+// exact revision. A record replaced meanwhile is left out: this watch delivers its newer
+// message. False if the watch ended, or a read failed (the watch then ends: the reader starts it
+// again).
+func (s *JetStore) sendFull(ctx context.Context, w *jetWatcher, rd *recordDecoder, full map[string]uint64) bool {
+	if len(full) == 0 {
+		return true
+	}
+	defer clear(full)
+	rctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	subjects := make([]string, 0, len(full))
+	var upTo uint64
+	for key, rev := range full {
+		subjects = append(subjects, s.prefix+key)
+		upTo = max(upTo, rev)
+	}
+	var evs []Event
+	msgs, err := jetstreamext.GetLastMsgsFor(rctx, s.js, "KV_"+s.cfg.Bucket, subjects, jetstreamext.GetLastMsgsUpToSeq(upTo))
+	if err == nil {
+		for m, err := range msgs {
+			if err != nil {
+				break // whatever is left is asked of the leader below
+			}
+			key := strings.TrimPrefix(m.Subject, s.prefix)
+			rev, ok := full[key]
+			switch {
+			case !ok, m.Sequence < rev:
+				continue
+			case m.Sequence == rev && !isMarker(m.Header):
+				evs = append(evs, fullEvent(rd, key, rev, m.Data))
+			}
+			delete(full, key) // read, or replaced by a later message of this watch
+		}
+	}
+	for key, rev := range full {
+		m, err := s.leaderGet(rctx, struct {
+			Seq uint64 `json:"seq"`
+		}{rev})
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue // replaced (and this watch delivers what replaced it) or gone
+		case err != nil:
+			return false
+		case !m.deleted && m.subject == s.prefix+key:
+			evs = append(evs, fullEvent(rd, key, rev, m.data))
+		}
+	}
+	for _, ev := range evs {
+		if !w.send(ctx, ev) {
+			return false
+		}
+	}
+	return true
+}
+
+// fullEvent is the event of the whole record val of key at rev.
+func fullEvent(rd *recordDecoder, key string, rev uint64, val []byte) Event {
+	id, _ := IDFromKey(key) // headEvent checked it
+	ent, err := rd.entry(id, rev, val)
+	if err != nil {
+		return Event{Kind: EventError, ID: id, Revision: rev, Err: err}
+	}
+	return Event{Kind: EventPut, ID: id, Revision: rev, Entry: ent}
 }
 
 // watchTarget is the highest revision the stream leader has under the filters (all: they cover
