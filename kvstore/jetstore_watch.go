@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -270,7 +271,9 @@ func headEvent(rd *recordDecoder, key string, rev uint64, h nats.Header) (ev Eve
 	if v == "" {
 		return Event{}, true
 	}
-	ent, err := rd.partial(id, rev, []byte(v))
+	// The decoder only reads its input (the strings it returns alias it), so the header's string
+	// is read in place rather than copied: one allocation less per record of the load.
+	ent, err := rd.partial(id, rev, unsafe.Slice(unsafe.StringData(v), len(v)))
 	if err != nil {
 		return Event{Kind: EventError, ID: id, Revision: rev, Err: err}, false
 	}
