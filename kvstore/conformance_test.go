@@ -377,13 +377,24 @@ func testStore(t *testing.T, newHarness func(t *testing.T, opts ...harnessOpt) h
 			if e.Kind != kvstore.EventPut || e.Entry.Revision != e.Revision || e.Entry.Task.ID != e.ID {
 				t.Fatalf("initial event %+v", e)
 			}
+			// An initial value may be partial (JetStore: the state without the payload) or whole
+			// (MemStore); either way the rest is the record's.
+			want := mustGet(t, s, e.ID)
+			if e.Entry.Partial {
+				want.Task.Payload, want.Partial = nil, true
+			}
+			if !reflect.DeepEqual(e.Entry, want) {
+				t.Fatalf("initial value %+v, want %+v", e.Entry, want)
+			}
 			initial[e.ID] = e.Revision
 		}
 		if want := map[string]uint64{"w-a": a.Revision, "w-b": b.Revision}; !reflect.DeepEqual(initial, want) {
 			t.Fatalf("initial values %v, want %v", initial, want)
 		}
 		c := mustCreate(t, s, newTask("w-c"))
-		expectEvent(t, w, kvstore.EventPut, "w-c", c.Revision)
+		if e := expectEvent(t, w, kvstore.EventPut, "w-c", c.Revision); e.Entry.Partial || !reflect.DeepEqual(e.Entry, c) {
+			t.Fatalf("live event %+v, want the whole record %+v", e.Entry, c)
+		}
 		task := newTask("w-a")
 		task.Status = kvstore.StatusRunning
 		rev, err := s.Update(ctx, task, a.Revision)
