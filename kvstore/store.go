@@ -39,6 +39,8 @@ type Store interface {
 	// deadline, or the store's timeout). Events wait in the watcher for a reader that is behind:
 	// JetStore holds at most Config.WatchBuffer and then stops taking from the server, whose
 	// flow control holds the rest back; MemStore's writers never wait, so its queue has no bound.
+	// The initial values may be partial (Entry.Partial: the state without the payload; JetStore
+	// reads them from the records' headers); live changes are whole records.
 	Watch(ctx context.Context, partitions ...int) (Watcher, error)
 
 	// Partitions is the bucket's partition count.
@@ -49,7 +51,8 @@ type Store interface {
 type EventKind uint8
 
 const (
-	// EventPut: a record was created or updated; Entry holds it.
+	// EventPut: a record was created or updated; Entry holds it (before EventInitDone perhaps
+	// without its payload, see Entry.Partial).
 	EventPut EventKind = iota + 1
 	// EventDelete: a record was deleted; only ID and Revision are set.
 	EventDelete
