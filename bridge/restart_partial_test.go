@@ -37,7 +37,9 @@ func TestRestartFiresWithPayloads(t *testing.T) {
 	defer store.Close()
 	const n = 60
 	now := time.Now().UnixMilli()
-	payload := func(id string) string { return strings.Repeat(id+"|", 100) }
+	// Payloads of some KiB, so that the bucket's records are large enough to be loaded
+	// headers-only.
+	payload := func(id string) string { return strings.Repeat(id+"|", 800) }
 	for i := range n {
 		id := fmt.Sprintf("r-%d", i)
 		due := now - 5000 // overdue

@@ -60,3 +60,12 @@ var DecodeEntryForTest = decodeEntry
 func NewWatchDecoderForTest() func(id string, rev uint64, val []byte) (Entry, error) {
 	return new(recordDecoder).entry
 }
+
+// SetWatchLoadForTest makes s's watches load their initial values headers-only (or whole),
+// whatever the size of the bucket's messages.
+func SetWatchLoadForTest(s *JetStore, headersOnly bool) {
+	s.testLoad = -1
+	if headersOnly {
+		s.testLoad = 1
+	}
+}

@@ -142,6 +142,8 @@ type JetStore struct {
 	// testHookTarget, if set, runs in Watch between reading the leader's last revision and
 	// creating the consumer.
 	testHookTarget func()
+	// testLoad, if not 0, overrides headersOnly for tests: above 0 headers-only, below whole.
+	testLoad int8
 
 	// Async completion (jetstore_async.go). mu guards the fields below it.
 	mu      sync.Mutex

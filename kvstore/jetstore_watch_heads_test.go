@@ -16,9 +16,10 @@ func payloadOf(id string) []byte {
 	return bytes.Repeat([]byte(id+";"), 4096/(len(id)+1)+1)[:4096]
 }
 
-// A new watch loads its initial values headers-only: each is a Partial entry whose state (status,
-// due time, attempt, claim, owner, lease, caller headers, ...) is the record's, and the connection
-// receives far fewer bytes than the payloads. Live events after EventInitDone are whole records.
+// A new watch of a bucket of large records loads its initial values headers-only: each is a
+// Partial entry whose state (status, due time, attempt, claim, owner, lease, caller headers, ...)
+// is the record's, and the connection receives far fewer bytes than the payloads. Live events
+// after EventInitDone are whole records.
 func TestJetStoreWatchInitialValuesHeadersOnly(t *testing.T) {
 	t.Parallel()
 	const n = 300
@@ -100,6 +101,7 @@ func TestJetStoreWatchWritesDuringStart(t *testing.T) {
 	srv := natstest.RunServer(t)
 	js := newJS(t, srv.ClientURL())
 	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4})
+	kvstore.SetWatchLoadForTest(s, true) // small records, loaded headers-only all the same
 	ctx := testContext(t)
 	createMany(t, s, "old", 2000)
 
@@ -166,6 +168,78 @@ func TestJetStoreWatchWritesDuringStart(t *testing.T) {
 	for id, rev := range written {
 		if got[id] != rev {
 			t.Errorf("%s: written at revision %d, watch delivered %d", id, rev, got[id])
+		}
+	}
+}
+
+// Records written without the Ax-Record header (by builds before it, as e2b1414's were) still
+// load whole: more than one batched read's worth of them, mixed with records that have it.
+func TestJetStoreWatchLoadsRecordsWithoutHeaderWhole(t *testing.T) {
+	t.Parallel()
+	const n = 600
+	srv := natstest.RunServer(t)
+	js := newJS(t, srv.ClientURL())
+	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4})
+	ctx := testContext(t)
+	kv, err := js.KeyValue(ctx, s.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		task := newTask(fmt.Sprintf("old-%d", i))
+		task.Payload = payloadOf(task.ID)
+		val, err := kvstore.EncodeTask(task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, kvstore.Key(task.ID, 4), val); err != nil { // no header
+			t.Fatal(err)
+		}
+		if i%10 == 0 {
+			mustCreate(t, s, newTask(fmt.Sprintf("new-%d", i)))
+		}
+	}
+	w, err := s.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopWatch(t, w)
+	old := 0
+	for ev := nextEvent(t, w); ev.Kind != kvstore.EventInitDone; ev = nextEvent(t, w) {
+		want := mustGet(t, s, ev.ID)
+		switch {
+		case ev.Kind != kvstore.EventPut:
+			t.Fatalf("event %+v", ev)
+		case ev.Entry.Partial: // a record with the header
+			want.Task.Payload, want.Partial = nil, true
+		default:
+			old++
+		}
+		if !reflect.DeepEqual(ev.Entry, want) {
+			t.Fatalf("initial value %+v, want %+v", ev.Entry, want)
+		}
+	}
+	if old != n {
+		t.Fatalf("%d records without the header loaded whole, want %d", old, n)
+	}
+}
+
+// A bucket of small records is loaded whole: there the header would cost more than the payloads
+// it saves (headersOnlyMin).
+func TestJetStoreWatchLoadsSmallRecordsWhole(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	js := newJS(t, srv.ClientURL())
+	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4})
+	createMany(t, s, "small", 50)
+	w, err := s.Watch(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopWatch(t, w)
+	for ev := nextEvent(t, w); ev.Kind != kvstore.EventInitDone; ev = nextEvent(t, w) {
+		if want := mustGet(t, s, ev.ID); ev.Entry.Partial || !reflect.DeepEqual(ev.Entry, want) {
+			t.Fatalf("initial value %+v, want the whole record %+v", ev.Entry, want)
 		}
 	}
 }
