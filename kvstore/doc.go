@@ -6,8 +6,8 @@
 //
 // Each task is one key whose value is the Task encoded by EncodeTask (a line of JSON metadata,
 // a newline, then the raw payload). The JetStore writes the metadata line once more as the
-// message header HdrRecord, so that a watch loads its initial values from headers alone, without
-// the payloads (Entry.Partial). The key is Key(id, n) = "p<partition>.<task id>", where the
+// message header HdrRecord, so that a watch of a bucket of large records loads its initial values
+// from headers alone, without the payloads (Entry.Partial; headersOnlyMin). The key is Key(id, n) = "p<partition>.<task id>", where the
 // partition is Partition(id, n), FNV-1a of the id modulo the bucket's partition count n. A watch
 // can take only some partitions (Watch(ctx, p...) filters on PartitionFilter(p) = "p<p>.>" for
 // each), so that a replica that owns them receives only their changes. The count is fixed when the
