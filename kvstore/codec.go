@@ -18,8 +18,8 @@ import (
 //	<raw payload bytes>
 //
 // One line of JSON metadata, one '\n', then the payload exactly as given (no base64). JSON never
-// contains a raw newline, so the first '\n' ends the metadata. The JetStore writes the same line
-// once more as the message header HdrRecord ("Ax-Record"), which a headers-only read decodes
+// contains a raw newline, so the first '\n' ends the metadata. On records of 1 KiB or more the
+// JetStore writes the same line once more as the message header HdrRecord ("Ax-Record"), which a headers-only read decodes
 // (DecodeRecordHeader) into the record's state without its payload; the body stays whole, so that
 // `nats kv get` and readers that ignore the header see the full record. The line fits a header
 // value: it is valid UTF-8 without control characters (the encoder escapes them) and starts and
@@ -63,8 +63,16 @@ import (
 // records 2.9× slower in `axbridge bench` (issue 15).
 
 // HdrRecord is the message header that repeats a stored record's metadata line (everything before
-// the first '\n' of its value). Records written before it existed have none.
+// the first '\n' of its value), on records of at least recordHeaderMin bytes. Smaller records, and
+// records written before it existed, have none.
 const HdrRecord = "Ax-Record"
+
+// recordHeaderMin is the least encoded record that carries HdrRecord. The header pays only for
+// large records: a headers-only load skips their payloads, while for a small record the second
+// copy of the metadata line costs more than its payload (server RSS 1,248–1,495 against
+// 1,645–1,780 B per pending task at 37-byte payloads in `axbridge bench --payload-bytes 37`), and
+// a headers-only load reads such records whole anyway.
+const recordHeaderMin = 1 << 10
 
 // metaLine is the metadata line of an encoded record: everything before its first '\n' (all of
 // val if there is none).

@@ -498,13 +498,15 @@ const (
 
 // putMsg is a put of t's encoding val under key that the server accepts only if the key's last
 // message has sequence rev (0: the key has no message at all). A final record carries the
-// retention as its TTL. Every record carries its metadata line a second time, as the header
-// HdrRecord, so that a headers-only watch (Watch's initial load) has the record's whole state
-// without its payload.
+// retention as its TTL. A record of at least recordHeaderMin bytes carries its metadata line a
+// second time, as the header HdrRecord, so that a headers-only watch (Watch's initial load) has
+// the record's whole state without its payload.
 func (s *JetStore) putMsg(t *Task, key string, val []byte, rev uint64) *nats.Msg {
 	m := nats.NewMsg(s.prefix + key)
 	m.Data = val
-	m.Header.Set(HdrRecord, string(metaLine(val)))
+	if len(val) >= recordHeaderMin {
+		m.Header.Set(HdrRecord, string(metaLine(val)))
+	}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	if t.Status.Final() {
 		m.Header.Set(jetstream.MsgTTLHeader, s.retentionTTL)

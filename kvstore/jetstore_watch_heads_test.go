@@ -196,7 +196,9 @@ func TestJetStoreWatchLoadsRecordsWithoutHeaderWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%10 == 0 {
-			mustCreate(t, s, newTask(fmt.Sprintf("new-%d", i)))
+			nt := newTask(fmt.Sprintf("new-%d", i))
+			nt.Payload = payloadOf(nt.ID) // large enough to carry the header
+			mustCreate(t, s, nt)
 		}
 	}
 	w, err := s.Watch(ctx)
@@ -240,6 +242,39 @@ func TestJetStoreWatchLoadsSmallRecordsWhole(t *testing.T) {
 	for ev := nextEvent(t, w); ev.Kind != kvstore.EventInitDone; ev = nextEvent(t, w) {
 		if want := mustGet(t, s, ev.ID); ev.Entry.Partial || !reflect.DeepEqual(ev.Entry, want) {
 			t.Fatalf("initial value %+v, want the whole record %+v", ev.Entry, want)
+		}
+	}
+}
+
+// Only records of at least 1 KiB carry the Ax-Record header: for a smaller one the second copy of
+// its metadata would cost more server memory than a headers-only load could save, and such a load
+// reads it whole anyway. Both kinds load right.
+func TestJetStoreRecordHeaderOnLargeRecordsOnly(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	js := newJS(t, srv.ClientURL())
+	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4})
+	ctx := testContext(t)
+	small, large := newTask("small"), newTask("large")
+	large.Payload = payloadOf(large.ID)
+	mustCreate(t, s, small)
+	e := mustCreate(t, s, large)
+	large.Status = kvstore.StatusRunning // an update carries it too
+	if _, err := s.Update(ctx, large, e.Revision); err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(ctx, "KV_"+s.Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{"small": false, "large": true} {
+		m, err := str.GetLastMsgForSubject(ctx, "$KV."+s.Bucket()+"."+kvstore.Key(id, s.Partitions()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := m.Header.Get(kvstore.HdrRecord)
+		if line, _, _ := bytes.Cut(m.Data, []byte("\n")); (h != "") != want || (want && h != string(line)) {
+			t.Errorf("%s: header %q, want present %v and equal to the metadata line %q", id, h, want, line)
 		}
 	}
 }
