@@ -472,8 +472,10 @@ func (l *loopState) apply(ev kvstore.Event) {
 	case kvstore.EventPut:
 		e := ev.Entry
 		id := e.Task.ID
-		if cur, ok := l.idx.get(id); ok && cur.rev > e.Revision {
-			return // an older revision than the one indexed
+		if cur, ok := l.idx.get(id); ok && (cur.rev > e.Revision || cur.rev == e.Revision && e.Partial) {
+			// An older revision than the one indexed, or the state of the one indexed again (a
+			// watch started again): nothing new, and the payload held near stays.
+			return
 		}
 		if h, ok := l.held[id]; ok {
 			if e.Revision <= h.Revision {
@@ -512,8 +514,11 @@ func (l *loopState) apply(ev kvstore.Event) {
 			if t.DueAt <= addMs(l.now.ms, l.b.cfg.PreRead) {
 				if e.Partial {
 					// Its payload was not loaded (a watch's initial values): read it now, in a
-					// batch with the others, and keep the record read back, not this one.
-					l.preRead(id)
+					// batch with the others, and keep the record read back, not this one. An
+					// overdue one is fired at once, and its fire reads the record itself.
+					if t.DueAt > l.now.ms {
+						l.preRead(id)
+					}
 				} else {
 					l.keepNear(&e)
 				}

@@ -63,8 +63,8 @@ import (
 // records 2.9× slower in `axbridge bench` (issue 15).
 
 // HdrRecord is the message header that repeats a stored record's metadata line (everything before
-// the first '\n' of its value), on records of at least recordHeaderMin bytes. Smaller records, and
-// records written before it existed, have none.
+// the first '\n' of its value), on records of at least recordHeaderMin bytes whose line is at most
+// recordHeaderMax. Other records, and records written before it existed, have none.
 const HdrRecord = "Ax-Record"
 
 // recordHeaderMin is the least encoded record that carries HdrRecord. The header pays only for
@@ -73,6 +73,12 @@ const HdrRecord = "Ax-Record"
 // 1,645–1,780 B per pending task at 37-byte payloads in `axbridge bench --payload-bytes 37`), and
 // a headers-only load reads such records whole anyway.
 const recordHeaderMin = 1 << 10
+
+// recordHeaderMax is the longest metadata line that HdrRecord repeats. The line holds the caller's
+// headers and the last error, unbounded in size, and JetStream refuses a message whose headers
+// exceed 64 KiB; the second copy also counts against the server's max payload. A record with a
+// longer line has no header: a headers-only load reads it whole.
+const recordHeaderMax = 8 << 10
 
 // metaLine is the metadata line of an encoded record: everything before its first '\n' (all of
 // val if there is none).

@@ -504,8 +504,8 @@ const (
 func (s *JetStore) putMsg(t *Task, key string, val []byte, rev uint64) *nats.Msg {
 	m := nats.NewMsg(s.prefix + key)
 	m.Data = val
-	if len(val) >= recordHeaderMin {
-		m.Header.Set(HdrRecord, string(metaLine(val)))
+	if meta := metaLine(val); len(val) >= recordHeaderMin && len(meta) <= recordHeaderMax {
+		m.Header.Set(HdrRecord, string(meta))
 	}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	if t.Status.Final() {

@@ -214,13 +214,38 @@ func (s *JetStore) drain(ctx context.Context, hw *headWatch, w *jetWatcher, filt
 	}
 	var rd recordDecoder
 	open := true
-	for e := range kw.Updates() {
-		if !open || e == nil {
-			// Stopped (keep reading until nats.go closes the channel), or the live watch's own
-			// end of initial values: the first watch has delivered those.
-			continue
+	updates := kw.Updates()
+	for {
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				return
+			}
+			if !open || e == nil {
+				// Stopped (keep reading until nats.go closes the channel), or the live watch's own
+				// end of initial values: the first watch has delivered those.
+				continue
+			}
+			open = w.send(ctx, jetEvent(&rd, e))
+		case <-ctx.Done():
+			// nats.go closes Updates from the subscription's close handler, which it sets only
+			// after subscribing: a cancel or a closed connection in between would leave the
+			// channel open for good. Unsubscribe, then take what is still on its way until the
+			// channel closes or stays quiet (after Unsubscribe nothing new is sent).
+			_ = kw.Stop()
+			quiet := time.NewTimer(time.Second)
+			defer quiet.Stop()
+			for {
+				select {
+				case _, ok := <-updates:
+					if !ok {
+						return
+					}
+				case <-quiet.C:
+					return
+				}
+			}
 		}
-		open = w.send(ctx, jetEvent(&rd, e))
 	}
 }
 
@@ -320,7 +345,7 @@ func headEvent(rd *recordDecoder, key string, rev uint64, h nats.Header) (ev Eve
 	// is read in place rather than copied: one allocation less per record of the load.
 	ent, err := rd.partial(id, rev, unsafe.Slice(unsafe.StringData(v), len(v)))
 	if err != nil {
-		return Event{Kind: EventError, ID: id, Revision: rev, Err: err}, false
+		return Event{}, true // the body may still read: read the record in full
 	}
 	return Event{Kind: EventPut, ID: id, Revision: rev, Entry: ent}, false
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -248,16 +249,21 @@ func TestJetStoreWatchLoadsSmallRecordsWhole(t *testing.T) {
 
 // Only records of at least 1 KiB carry the Ax-Record header: for a smaller one the second copy of
 // its metadata would cost more server memory than a headers-only load could save, and such a load
-// reads it whole anyway. Both kinds load right.
+// reads it whole anyway. Nor does a record whose metadata line is too long for a header.
 func TestJetStoreRecordHeaderOnLargeRecordsOnly(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	js := newJS(t, srv.ClientURL())
 	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4})
 	ctx := testContext(t)
-	small, large := newTask("small"), newTask("large")
+	small, large, blob := newTask("small"), newTask("large"), newTask("blob")
 	large.Payload = payloadOf(large.ID)
+	// Caller headers whose JSON form is over 64 KiB (each control byte is written as \u0001):
+	// as a header copy JetStream would refuse the record.
+	blob.Payload = payloadOf(blob.ID)
+	blob.Header = map[string][]string{"X-Blob": {strings.Repeat("\x01", 11000)}}
 	mustCreate(t, s, small)
+	mustCreate(t, s, blob)
 	e := mustCreate(t, s, large)
 	large.Status = kvstore.StatusRunning // an update carries it too
 	if _, err := s.Update(ctx, large, e.Revision); err != nil {
@@ -267,7 +273,7 @@ func TestJetStoreRecordHeaderOnLargeRecordsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]bool{"small": false, "large": true} {
+	for id, want := range map[string]bool{"small": false, "large": true, "blob": false} {
 		m, err := str.GetLastMsgForSubject(ctx, "$KV."+s.Bucket()+"."+kvstore.Key(id, s.Partitions()))
 		if err != nil {
 			t.Fatal(err)
