@@ -257,6 +257,7 @@ func (s *JetStore) drain(ctx context.Context, hw *headWatch, w *jetWatcher, filt
 // now has last, it has every record. It returns the highest revision delivered, and false if the
 // watch ended first.
 func (s *JetStore) loadHeads(ctx context.Context, hw *headWatch, w *jetWatcher, filters []string, all bool, target uint64) (uint64, bool) {
+	start := target // the leader's last revision when the watch started; rechecks raise target
 	var rd recordDecoder
 	var seen, received uint64
 	natsInitDone := hw.pending == 0
@@ -305,9 +306,10 @@ func (s *JetStore) loadHeads(ctx context.Context, hw *headWatch, w *jetWatcher, 
 				if len(full) >= maxGetMany && !s.sendFull(ctx, w, &rd, full) {
 					return seen, false
 				}
-			case ev.Kind != EventDelete:
-				// A delete marker before the end of the initial values is a record deleted before
-				// the watch: not a current record.
+			case ev.Kind != EventDelete || rev > start:
+				// A delete marker at or below the leader's last revision at the start is a record
+				// deleted before the watch: not a current record. One above it is a live delete
+				// that came before the end of the initial values: the reader may hold the record.
 				if !w.send(ctx, ev) {
 					return seen, false
 				}
@@ -426,6 +428,7 @@ func fullEvent(rd *recordDecoder, key string, rev uint64, val []byte) Event {
 // target is missing the leader is asked again every targetRecheck: once the watch has seen what
 // the leader now has last, it has every record.
 func (s *JetStore) drainFull(ctx context.Context, kw jetstream.KeyWatcher, w *jetWatcher, filters []string, all bool, target uint64) {
+	start := target // the leader's last revision when the watch started; rechecks raise target
 	initDone, natsInitDone, open := false, false, true
 	var rd recordDecoder
 	var seen uint64 // highest revision delivered
@@ -457,9 +460,10 @@ func (s *JetStore) drainFull(ctx context.Context, kw jetstream.KeyWatcher, w *je
 				open = w.send(ctx, ev)
 			case ev.Kind == EventInitDone:
 				natsInitDone = true
-			case ev.Kind != EventDelete:
-				// A delete marker before the end of the initial values is a record deleted before
-				// the watch: not a current record.
+			case ev.Kind != EventDelete || ev.Revision > start:
+				// A delete marker at or below the leader's last revision at the start is a record
+				// deleted before the watch: not a current record. One above it is a live delete
+				// that came before the end of the initial values: the reader may hold the record.
 				open = w.send(ctx, ev)
 			}
 		case <-tick:

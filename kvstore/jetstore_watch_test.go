@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -148,5 +149,41 @@ func TestJetStoreWatchTargetGone(t *testing.T) {
 		expectEvent(t, w, kvstore.EventPut, "stays", a.Revision)
 		expectEvent(t, w, kvstore.EventInitDone, "", 0)
 		stopWatch(t, w)
+	}
+}
+
+// A record deleted after the watch read the leader's last revision but before its consumer
+// started comes as a delete before EventInitDone: a reader that holds the record from an earlier
+// watch (the bridge when it watches again) must drop it. Both ways of loading.
+func TestJetStoreWatchDeleteDuringStart(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	js := newJS(t, srv.ClientURL())
+	for _, headersOnly := range []bool{false, true} {
+		s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Partitions: 4})
+		kvstore.SetWatchLoadForTest(s, headersOnly)
+		ctx := testContext(t)
+		a := mustCreate(t, s, newTask("a"))
+		mustCreate(t, s, newTask("b"))
+		var once sync.Once
+		kvstore.SetWatchTargetHookForTest(s, func() {
+			once.Do(func() {
+				if err := s.Delete(ctx, "a", a.Revision); err != nil {
+					t.Error(err)
+				}
+			})
+		})
+		w, err := s.Watch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]kvstore.EventKind{} // in key order, not revision order: collect them
+		for ev := nextEvent(t, w); ev.Kind != kvstore.EventInitDone; ev = nextEvent(t, w) {
+			got[ev.ID] = ev.Kind
+		}
+		stopWatch(t, w)
+		if want := map[string]kvstore.EventKind{"a": kvstore.EventDelete, "b": kvstore.EventPut}; !reflect.DeepEqual(got, want) {
+			t.Errorf("headers-only %v: initial events %v, want %v", headersOnly, got, want)
+		}
 	}
 }
