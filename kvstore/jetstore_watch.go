@@ -306,20 +306,13 @@ func (s *JetStore) loadHeads(ctx context.Context, hw *headWatch, w *jetWatcher, 
 				if len(full) >= maxGetMany && !s.sendFull(ctx, w, &rd, full) {
 					return seen, false
 				}
-			case ev.Kind != EventDelete || rev > start:
-				// A delete marker at or below the leader's last revision at the start is a record
-				// deleted before the watch: not a current record. One above it is a live delete
-				// that came before the end of the initial values: the reader may hold the record.
+			case initialKeeps(ev, start):
 				if !w.send(ctx, ev) {
 					return seen, false
 				}
 			}
 		case <-tick:
-			tctx, cancel := withTimeout(ctx, s.cfg.Timeout)
-			if t, err := s.watchTarget(tctx, filters, all); err == nil {
-				target = t
-			}
-			cancel()
+			target = s.recheckTarget(ctx, filters, all, target)
 		case <-hw.closed:
 			return seen, false // the connection closed
 		case <-ctx.Done():
@@ -460,18 +453,11 @@ func (s *JetStore) drainFull(ctx context.Context, kw jetstream.KeyWatcher, w *je
 				open = w.send(ctx, ev)
 			case ev.Kind == EventInitDone:
 				natsInitDone = true
-			case ev.Kind != EventDelete || ev.Revision > start:
-				// A delete marker at or below the leader's last revision at the start is a record
-				// deleted before the watch: not a current record. One above it is a live delete
-				// that came before the end of the initial values: the reader may hold the record.
+			case initialKeeps(ev, start):
 				open = w.send(ctx, ev)
 			}
 		case <-tick:
-			tctx, cancel := withTimeout(ctx, s.cfg.Timeout)
-			if t, err := s.watchTarget(tctx, filters, all); err == nil {
-				target = t
-			}
-			cancel()
+			target = s.recheckTarget(ctx, filters, all, target)
 		}
 		if !open || initDone || !natsInitDone {
 			continue
@@ -487,6 +473,25 @@ func (s *JetStore) drainFull(ctx context.Context, kw jetstream.KeyWatcher, w *je
 			recheck = time.NewTicker(targetRecheck)
 		}
 	}
+}
+
+// initialKeeps reports whether ev, delivered before the end of a watch's initial values, goes to
+// the reader. A delete marker at or below start (the leader's last revision when the watch
+// started) is a record deleted before the watch: not a current record. One above it is a live
+// delete that came before the end of the initial values: the reader may hold the record.
+func initialKeeps(ev Event, start uint64) bool {
+	return ev.Kind != EventDelete || ev.Revision > start
+}
+
+// recheckTarget asks the leader again for the watch's target (watchTarget), keeping target if
+// that fails.
+func (s *JetStore) recheckTarget(ctx context.Context, filters []string, all bool, target uint64) uint64 {
+	tctx, cancel := withTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if t, err := s.watchTarget(tctx, filters, all); err == nil {
+		return t
+	}
+	return target
 }
 
 // watchTarget is the highest revision the stream leader has under the filters (all: they cover
