@@ -34,7 +34,7 @@ func newLoopMetrics() *loopMetrics {
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: name, Help: help})
 	}
-	return &loopMetrics{
+	m := &loopMetrics{
 		overdue: gauge("tasks_overdue",
 			"WAITING tasks this replica indexes whose due time has passed and that no worker has claimed yet."),
 		oldestOverdue: gauge("oldest_overdue_seconds",
@@ -56,6 +56,11 @@ func newLoopMetrics() *loopMetrics {
 			Help: "Fires whose claim landed before the task was due, published by the loop at the due time; the others " +
 				"go out from the claim's completion."}),
 	}
+	// Both kinds show from the start, at 0: an alert on the series, and a test's scrape, then see
+	// a repair as a change rather than as a series appearing.
+	m.repairs.WithLabelValues("waiting")
+	m.repairs.WithLabelValues("running")
+	return m
 }
 
 func (m *loopMetrics) collectors() []prometheus.Collector {

@@ -2,6 +2,9 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,7 +58,9 @@ func TestTaskAPI(t *testing.T) {
 		_ = m.Ack()
 	})
 
-	e.schedule("api", `{"n":1}`, bridge.HeaderTaskID, "api-wait", bridge.HeaderDelay, "1h")
+	// Due in 3 s: the test waits past that to see that the cancelled task does not fire.
+	cancelledDue := time.Now().Add(3 * time.Second)
+	e.schedule("api", `{"n":1}`, bridge.HeaderTaskID, "api-wait", bridge.HeaderDelay, "3s")
 	e.waitStatus("api-wait", kvstore.StatusWaiting, 5*time.Second)
 	got, code := e.apiCall(bridge.APIGet, "api-wait")
 	if code != "" || got.ID != "api-wait" || got.Status != "WAITING" || got.Payload != `{"n":1}` || got.DueAt == "" {
@@ -88,5 +93,89 @@ func TestTaskAPI(t *testing.T) {
 		t.Fatalf("after requeue fired %v", f.msg.Header)
 	}
 	e.waitStatus("api-dead", kvstore.StatusSuccess, 5*time.Second)
-	fires.none(t, 300*time.Millisecond) // the cancelled task never fires
+	fires.none(t, time.Until(cancelledDue)+time.Second) // the cancelled task does not fire at its due time
+	if got := e.waitStatus("api-wait", kvstore.StatusCancelled, time.Second); got.Task.Attempt != 0 {
+		t.Errorf("the cancelled task is at attempt %d", got.Task.Attempt)
+	}
+}
+
+// Cancel racing the claim of a task due in a second: each of 40 tasks due at one instant gets its
+// cancel at another moment around it (from 400 ms before to 1.5 s after, most of them within the
+// claim's window: it lands at most 100 ms before the due time). A cancel either wins (the reply shows CANCELLED, the task never
+// fires and stays CANCELLED) or is refused with 409 (subjects.md: cancel needs WAITING) and the
+// task fires and ends SUCCESS; both outcomes must occur.
+func TestCancelRacingClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startBridge(bridge.Config{})
+	var mu sync.Mutex
+	fired := map[string]int{}
+	e.consume("ax.fire.race", func(m *nats.Msg) {
+		mu.Lock()
+		fired[m.Header.Get(bridge.HeaderTaskID)]++
+		mu.Unlock()
+		_ = m.Ack()
+	})
+	const n = 40
+	due := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	for i := range n {
+		e.schedule("race", "r", bridge.HeaderTaskID, fmt.Sprintf("race-%d", i), bridge.HeaderDeliverAt, strconv.FormatInt(due.UnixMilli(), 10))
+	}
+	if time.Now().After(due.Add(-500 * time.Millisecond)) {
+		t.Fatalf("scheduling %d tasks took until %v before their due time", n, time.Until(due))
+	}
+	// 5 cancels from 400 ms to 200 ms before the due time, 30 every 10 ms through the claim's
+	// window (200 ms before to 100 ms after), 5 up to 1.5 s after.
+	offset := func(i int) time.Duration {
+		switch {
+		case i < 5:
+			return -400*time.Millisecond + time.Duration(i)*40*time.Millisecond
+		case i < 35:
+			return -200*time.Millisecond + time.Duration(i-5)*10*time.Millisecond
+		}
+		return 100*time.Millisecond + time.Duration(i-34)*280*time.Millisecond
+	}
+	won := map[string]bool{}
+	refused := 0
+	for i := range n {
+		id := fmt.Sprintf("race-%d", i)
+		<-time.After(time.Until(due.Add(offset(i)))) // the moment of this task's cancel, by design
+		got, code := e.apiCall(bridge.APICancel, id)
+		switch {
+		case code == "" && got.Status == "CANCELLED":
+			won[id] = true
+		case code == "409":
+			refused++
+		default:
+			t.Errorf("cancel %s at due %+v: %+v, code %q; want CANCELLED or 409", id, offset(i), got, code)
+		}
+	}
+	for i := range n {
+		id := fmt.Sprintf("race-%d", i)
+		if won[id] {
+			continue
+		}
+		e.waitStatus(id, kvstore.StatusSuccess, 10*time.Second)
+	}
+	<-time.After(time.Until(due.Add(3 * time.Second))) // past every task's due time and claim
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		id := fmt.Sprintf("race-%d", i)
+		switch {
+		case won[id] && fired[id] > 0:
+			t.Errorf("task %s fired %d times after its cancel was answered CANCELLED", id, fired[id])
+		case !won[id] && fired[id] != 1:
+			t.Errorf("task %s, its cancel refused, fired %d times; want once", id, fired[id])
+		}
+		if won[id] {
+			if got := e.waitStatus(id, kvstore.StatusCancelled, time.Second); got.Task.Attempt != 0 {
+				t.Errorf("cancelled task %s at attempt %d", id, got.Task.Attempt)
+			}
+		}
+	}
+	if len(won) == 0 || refused == 0 {
+		t.Errorf("the race was not exercised: %d cancels won, %d refused", len(won), refused)
+	}
+	t.Logf("%d cancels won, %d refused with 409", len(won), refused)
 }

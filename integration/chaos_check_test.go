@@ -81,6 +81,26 @@ func (l *faultLog) explain(replica string, strict bool, first, again time.Time) 
 	return "", false
 }
 
+// explainLate names the fault that explains an older attempt of replica's, fired at first,
+// reaching the consumers after a newer attempt fired at again was acked: only a fire that waited in
+// the client's reconnect buffer does that (subjects.md, "Firing"), so only the firing replica's cut
+// or a NATS node's loss (its connection may have been to that node) in effect between the two
+// fires. A replica paused (SIGSTOP) or killed past its lease is fenced: one that fires an old
+// attempt after the new owner fired the next one has kept firing after it lost its partition.
+func (l *faultLog) explainLate(replica string, first, again time.Time) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.faults {
+		if f.start.After(again) || f.settled.Before(first.Add(-time.Second)) {
+			continue
+		}
+		if f.kind == "nats-kill9" || (f.kind == "cut" && f.target == replica) {
+			return f.kind + " " + f.target, true
+		}
+	}
+	return "", false
+}
+
 // report is what a run's checks found.
 type report struct {
 	tasks, lost, early, dupAttempts, notHigher, tokensBack int
@@ -139,10 +159,11 @@ func checkFires(t testing.TB, ids map[string]bool, o *observers, c *consumers, f
 				case f.attempt < e.attempt:
 					// An older attempt delivered after a newer one: a fire that waited in its
 					// bridge's reconnect buffer (subjects.md, "Firing"). Its ack is ignored; it
-					// must follow a fault all the same.
+					// must follow a cut or a NATS node's loss, not a fenced replica's pause.
 					r.lateOlder++
-					if !ok {
-						t.Errorf("task %s: attempt %d arrived after attempt %d was acked, with no fault to explain it", id, f.attempt, e.attempt)
+					if _, ok := faults.explainLate(f.replica, e.at, f.at); !ok {
+						t.Errorf("task %s: attempt %d (replica %s) arrived at +%s, after attempt %d (replica %s, at +%s) was acked, and no cut or NATS node loss explains it: a fenced replica fired after the new owner",
+							id, f.attempt, f.replica, faults.rel(f.at), e.attempt, e.replica, faults.rel(e.at))
 					}
 					continue
 				case f.attempt == e.attempt:
@@ -177,6 +198,17 @@ func checkFires(t testing.TB, ids map[string]bool, o *observers, c *consumers, f
 		t.Errorf("repeat explained by no fault: %s", s)
 	}
 	return r
+}
+
+// maxRepeatRate is the bar on repeats (fires after an acked attempt) per accepted task.
+const maxRepeatRate = 0.01
+
+// assert fails the test when the repeats exceed the bar.
+func (r report) assert(t testing.TB) {
+	t.Helper()
+	if r.tasks > 0 && float64(r.repeats) > maxRepeatRate*float64(r.tasks) {
+		t.Errorf("repeats %d of %d tasks (%.2f%%), over the bar of %.0f%%", r.repeats, r.tasks, 100*float64(r.repeats)/float64(r.tasks), 100*maxRepeatRate)
+	}
 }
 
 // log writes the report's figures.

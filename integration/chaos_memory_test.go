@@ -88,7 +88,7 @@ type metricsBridge struct {
 }
 
 func newMetricsBridge(b testing.TB, bin, id, url string) *metricsBridge {
-	return &metricsBridge{newBridgeProc(b, bin, id, url, "--metrics-addr", "127.0.0.1:0")} // the later flag wins
+	return &metricsBridge{newBridgeProc(b, bin, id, url)}
 }
 
 // indexed is the bridge's ax_tasks_indexed.

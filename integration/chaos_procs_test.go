@@ -79,13 +79,13 @@ type bridgeProc struct {
 	metricsURL string // from the current run's "metrics" log line, with --metrics-addr
 }
 
-// newBridgeProc prepares (does not start) bridge id on the NATS URL(s) url, with extra flags;
-// the process is stopped when the test ends.
+// newBridgeProc prepares (does not start) bridge id on the NATS URL(s) url, with extra flags, its
+// metrics on a port the kernel picks; the process is stopped when the test ends.
 func newBridgeProc(t testing.TB, bin, id, url string, extra ...string) *bridgeProc {
 	dir := t.TempDir()
 	p := &bridgeProc{id: id, bin: bin, logPath: filepath.Join(dir, "bridge.log"),
 		args: append([]string{"--nats-url", url, "--replica-id", id, "--data-dir", filepath.Join(dir, "data"),
-			"--metrics-addr", "", "--log-format", "json", "--log-level", "info", "--stop-timeout", "5s"}, extra...)}
+			"--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info", "--stop-timeout", "5s"}, extra...)}
 	t.Cleanup(func() { p.shutdown(t) })
 	return p
 }

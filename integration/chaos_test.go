@@ -101,11 +101,7 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	}
-	r.revs.check(t)
-	rep.log(t, r.faults)
-	if t.Failed() {
-		r.logBridges(rep.dupIDs...)
-	}
+	r.finish(rep)
 }
 
 // plannedFault is one fault of the timeline: at is the offset from the start, dur how long the

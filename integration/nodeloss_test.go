@@ -50,17 +50,13 @@ func TestNATSLeaderLoss(t *testing.T) {
 
 	settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
 	rep := checkFires(t, ids, r.obs, r.cons, r.faults)
-	r.revs.check(t)
-	rep.log(t, r.faults)
+	r.finish(rep)
 	gapFrom, gapTo := firstFireGap(r.obs, ids, killed.Add(-time.Second), killed.Add(30*time.Second))
 	// The election time is when stream info first named another leader: an upper bound, as the
 	// info request itself waits for the new leader and for a loaded machine.
 	t.Logf("leader %s killed at +%s; stream info names a new leader after %v; longest pause in first fires %v (from +%s to +%s); fires resumed %v after stream info named the new leader",
 		leader, r.faults.rel(killed), elected.Sub(killed).Truncate(time.Millisecond), gapTo.Sub(gapFrom).Truncate(time.Millisecond),
 		r.faults.rel(gapFrom), r.faults.rel(gapTo), gapTo.Sub(elected).Truncate(time.Millisecond))
-	if t.Failed() {
-		r.logBridges(rep.dupIDs...)
-	}
 }
 
 // streamLeaderName waits until the stream has a leader and returns its server name.

@@ -147,7 +147,9 @@ var (
 	buildErr  error
 )
 
-// buildBridge builds cmd/axbridge once per test binary.
+// buildBridge builds cmd/axbridge once per test binary, with the race detector when this binary
+// has it (go test -race): a data race in a subprocess is then reported in its log, which the fault
+// runs check (raceReports).
 func buildBridge(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -156,7 +158,11 @@ func buildBridge(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "axbridge")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/axbridge").CombinedOutput()
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "../cmd/axbridge")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
