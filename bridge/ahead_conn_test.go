@@ -38,7 +38,9 @@ func TestClaimAheadNotBufferedWhileDisconnected(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = b.Stop(ctx)
+		if err := b.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
 	})
 	<-b.Ready()
 	now := e.clock.ms()

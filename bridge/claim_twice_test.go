@@ -19,10 +19,12 @@ type lateStore struct {
 	*faultstore.Store
 	mem *kvstore.MemStore
 
-	mu      sync.Mutex
-	claims  int           // claims of the task seen so far
-	armed   bool          // the late outcome was reported: the next Get is the read-back
-	readOut chan struct{} // closed once the read-back has read
+	mu       sync.Mutex
+	claims   int           // claims of the task seen so far
+	armed    bool          // the late outcome was reported: the next Get is the read-back
+	timeouts []string      // the steps of the interleaving that waited in vain
+	readOut  chan struct{} // closed once the read-back has read
+	readDone chan struct{} // closed once the read-back has returned what it read
 }
 
 func (s *lateStore) record() kvstore.Entry {
@@ -30,8 +32,15 @@ func (s *lateStore) record() kvstore.Entry {
 	return e
 }
 
-// wait polls until cond holds, for at most 10 s (a store call that waits longer just goes on).
-func wait(cond func() bool) { bridge.CheckFor(10*time.Second, cond) }
+// wait polls until cond holds, for at most 10 s; a store call that waits longer goes on, and
+// the step is noted (the test then fails: the interleaving it builds did not happen).
+func (s *lateStore) wait(step string, cond func() bool) {
+	if !bridge.CheckFor(10*time.Second, cond) {
+		s.mu.Lock()
+		s.timeouts = append(s.timeouts, step)
+		s.mu.Unlock()
+	}
+}
 
 func (s *lateStore) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error)) {
 	if t.ID != "a" || t.Status != kvstore.StatusRunning || t.Claim != rev {
@@ -45,7 +54,10 @@ func (s *lateStore) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64
 	if n == 1 { // lands; its outcome is reported, as unknown, once the task is WAITING again
 		s.Store.UpdateAsync(ctx, t, rev, func(uint64, error) {
 			go func() {
-				wait(func() bool { e := s.record(); return e.Task.Status == kvstore.StatusWaiting && e.Revision > rev+1 })
+				s.wait("the task WAITING again after the first claim's lease", func() bool {
+					e := s.record()
+					return e.Task.Status == kvstore.StatusWaiting && e.Revision > rev+1
+				})
 				s.mu.Lock()
 				s.armed = true
 				s.mu.Unlock()
@@ -59,6 +71,9 @@ func (s *lateStore) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64
 			select {
 			case <-s.readOut:
 			case <-time.After(10 * time.Second):
+				s.mu.Lock()
+				s.timeouts = append(s.timeouts, "the read-back before the second claim")
+				s.mu.Unlock()
 			}
 			s.Store.UpdateAsync(ctx, t, rev, done)
 		}()
@@ -76,10 +91,11 @@ func (s *lateStore) Get(ctx context.Context, id string) (kvstore.Entry, error) {
 	if readBack {
 		close(s.readOut)
 		// Return what was read only once the other job's claim of it has landed.
-		wait(func() bool {
+		s.wait("the second claim landing before the read-back returns", func() bool {
 			r := s.record()
 			return r.Task.Status == kvstore.StatusRunning && r.Task.Claim == e.Revision
 		})
+		close(s.readDone)
 	}
 	return e, err
 }
@@ -91,7 +107,7 @@ func TestUnsureReadBackDoesNotRepublish(t *testing.T) {
 	t.Parallel()
 	var ls *lateStore
 	fe := newFaultEnvCfg(t, func(s *faultstore.Store) bridge.Store {
-		ls = &lateStore{Store: s, readOut: make(chan struct{})}
+		ls = &lateStore{Store: s, readOut: make(chan struct{}), readDone: make(chan struct{})}
 		return ls
 	}, bridge.Config{})
 	ls.mem = fe.mem
@@ -103,14 +119,27 @@ func TestUnsureReadBackDoesNotRepublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := next(t, fires)
-	attempt := m.Header.Get(bridge.HeaderAttempt)
-	// The consumer stays silent; any second fire within well under the 1 s lease (plus the 1 s
-	// lease skew it does not have as owner) is the same attempt again.
+	firstAt := time.Now()
+	// The first claim's outcome was never known before its lease ended: its attempt is not
+	// published; the fire is the second claim's.
+	if got := m.Header.Get(bridge.HeaderAttempt); got != "2" {
+		t.Errorf("first fire is attempt %s, want 2 (the fire job's claim of R')", got)
+	}
+	select {
+	case <-ls.readDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read-back did not return")
+	}
+	// The consumer stays silent: the next attempt comes only after the 1 s lease, so any fire
+	// within 700 ms of the first (and after the read-back returned) is the same attempt again.
 	select {
 	case m2 := <-fires:
-		if m2.Header.Get(bridge.HeaderAttempt) == attempt {
-			t.Fatalf("attempt %s was published twice", attempt)
-		}
-	case <-time.After(700 * time.Millisecond):
+		t.Errorf("attempt %s fired, then attempt %s within 700ms", m.Header.Get(bridge.HeaderAttempt), m2.Header.Get(bridge.HeaderAttempt))
+	case <-time.After(time.Until(firstAt.Add(700 * time.Millisecond))):
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.claims < 2 || len(ls.timeouts) > 0 {
+		t.Errorf("the interleaving did not happen: %d claims, waited in vain for %v", ls.claims, ls.timeouts)
 	}
 }

@@ -3,6 +3,8 @@ package bridge_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -104,4 +106,18 @@ func TestRestartFiresWithPayloads(t *testing.T) {
 		defer mu.Unlock()
 		t.Fatalf("%d of %d tasks fired", len(fired), n)
 	}
+	// Once: every record is SUCCESS (so no attempt is pending), and nothing more fires in the
+	// half second after that (the subscription reports a second fire of any task).
+	mu.Lock()
+	ids := slices.Collect(maps.Keys(fired))
+	mu.Unlock()
+	for _, id := range ids {
+		if !bridge.CheckFor(10*time.Second, func() bool {
+			e, err := store.Get(ctx, id)
+			return err == nil && e.Task.Status == kvstore.StatusSuccess
+		}) {
+			t.Errorf("task %s is not SUCCESS", id)
+		}
+	}
+	<-time.After(500 * time.Millisecond)
 }

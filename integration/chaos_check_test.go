@@ -110,6 +110,7 @@ type report struct {
 	strictRepeats                                          int // repeats whose replica came from Ax-Replica
 	firstLateness                                          []time.Duration
 	unexplained                                            []string
+	samples                                                []string // the first few explained repeats
 	dupIDs                                                 []string // tasks with an attempt fired twice
 }
 
@@ -177,6 +178,10 @@ func checkFires(t testing.TB, ids map[string]bool, o *observers, c *consumers, f
 				if ok {
 					r.explained++
 					r.byCause[strings.Fields(cause)[0]]++
+					if len(r.samples) < 5 {
+						r.samples = append(r.samples, fmt.Sprintf("%s attempt %d (replica %s, at +%s, acked at +%s) again as attempt %d (replica %s) at +%s, after %s",
+							id, e.attempt, e.replica, faults.rel(e.at), faults.rel(ack), f.attempt, f.replica, faults.rel(f.at), cause))
+					}
 				} else {
 					r.unexplained = append(r.unexplained, fmt.Sprintf("%s attempt %d (replica %s, at +%s, acked) again as attempt %d at +%s",
 						id, e.attempt, e.replica, faults.rel(e.at), f.attempt, faults.rel(f.at)))
@@ -230,6 +235,9 @@ func (r report) log(t testing.TB, faults *faultLog) {
 	t.Logf("repeats %d (%.2f%% of tasks; bar <= 1%%), explained %d by %v, unexplained %d; attributed by Ax-Replica: %d, by reply subject (any replica's fault): %d",
 		r.repeats, rate, r.explained, r.byCause, len(r.unexplained), r.strictRepeats, r.repeats-r.strictRepeats)
 	t.Logf("lateness of first fires: p50 %v, p99 %v, max %v", pct(0.50), pct(0.99), pct(1))
+	for _, s := range r.samples {
+		t.Logf("repeat: %s", s)
+	}
 }
 
 // settle waits (within) until every accepted task's record is SUCCESS, then checks that none is

@@ -238,8 +238,8 @@ func TestTermAndNakWithDelay(t *testing.T) {
 	e.schedule("sms", "s", bridge.HeaderTaskID, "sms-1")
 
 	first := c.next(t, 5*time.Second)
-	second := c.next(t, 5*time.Second)
-	if gap := second.at.Sub(first.at); gap < 300*time.Millisecond || gap > 5*time.Second {
+	second := c.next(t, 30*time.Second)
+	if gap := second.at.Sub(first.at); gap < 300*time.Millisecond || gap > 30*time.Second {
 		t.Errorf("NakWithDelay(300ms): retry after %v (backoff was 1h)", gap)
 	}
 	rec := e.waitStatus("mail-1", kvstore.StatusDead, 5*time.Second)
@@ -270,24 +270,24 @@ func TestInProgressAndLeaseExpiry(t *testing.T) {
 	e.startBridge(bridge.Config{})
 	slow := e.consume("ax.fire.report", func(m *nats.Msg) {
 		go func() {
-			for range 3 {
-				<-time.After(600 * time.Millisecond) // the consumer's own work, 1.8s in all, ack wait 1s
+			for range 4 {
+				<-time.After(time.Second) // the consumer's own work, 4s in all, ack wait 3s
 				_ = m.InProgress()
 			}
 			_ = m.AckSync()
 		}()
 	})
-	e.schedule("report", "r", bridge.HeaderTaskID, "report-1", bridge.HeaderAckWait, "1s")
+	e.schedule("report", "r", bridge.HeaderTaskID, "report-1", bridge.HeaderAckWait, "3s")
 	slow.next(t, 5*time.Second)
-	e.waitStatus("report-1", kvstore.StatusSuccess, 5*time.Second)
+	e.waitStatus("report-1", kvstore.StatusSuccess, 10*time.Second)
 	slow.none(t, 300*time.Millisecond)
 
 	silent := e.consume("ax.fire.silent", nil)
-	e.schedule("silent", "s", bridge.HeaderTaskID, "silent-1", bridge.HeaderAckWait, "1s", bridge.HeaderBackoff, "0s")
+	e.schedule("silent", "s", bridge.HeaderTaskID, "silent-1", bridge.HeaderAckWait, "3s", bridge.HeaderBackoff, "0s")
 	f1 := silent.next(t, 5*time.Second)
-	f2 := silent.next(t, 5*time.Second)
+	f2 := silent.next(t, 10*time.Second)
 	// The lease starts at the claim, which is at or after the due time: no retry before due + ack wait.
-	if f2.msg.Header.Get(bridge.HeaderAttempt) != "2" || f2.at.Sub(dueAt(t, f1.msg)) < time.Second {
+	if f2.msg.Header.Get(bridge.HeaderAttempt) != "2" || f2.at.Sub(dueAt(t, f1.msg)) < 3*time.Second {
 		t.Errorf("retry after lease: attempt %s, %v after the first due time", f2.msg.Header.Get(bridge.HeaderAttempt), f2.at.Sub(dueAt(t, f1.msg)))
 	}
 	// A late ack for attempt 1 is stale and changes nothing.

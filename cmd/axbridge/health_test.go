@@ -177,6 +177,6 @@ func stopBridge(t *testing.T, b *bridge.Bridge) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := b.Stop(ctx); err != nil {
-		t.Logf("stop: %v", err)
+		t.Errorf("stop: %v", err)
 	}
 }
