@@ -40,7 +40,7 @@ func SetWatchTargetHookForTest(s *JetStore, f func()) { s.testHookTarget = f }
 
 // SetBatchSendHookForTest makes f run in s before each batch's messages are sent. It panics if s
 // does not group its writes.
-func SetBatchSendHookForTest(s *JetStore, f func()) { s.group.testHookSend = f }
+func SetBatchSendHookForTest(s *JetStore, f func(subjects []string)) { s.group.testHookSend = f }
 
 // DecodeWatchedForTest decodes vals, the records of ids at revisions 1, 2, ..., in order as one
 // watch does (one decoder that keeps what repeats).

@@ -154,8 +154,8 @@ type grouper struct {
 	running bool      // a run goroutine is live; it clears this when it finds nothing to do
 	wake    chan struct{}
 
-	// testHookSend, if set, runs before each batch's messages are sent.
-	testHookSend func()
+	// testHookSend, if set, runs before each batch's messages are sent, with their subjects.
+	testHookSend func(subjects []string)
 
 	batches, batched, rejected, unknown atomic.Uint64
 
@@ -401,7 +401,11 @@ func (g *grouper) send(batch []groupOp) {
 // sent, so nothing of the batch can land.
 func (g *grouper) publishBatch(bop *asyncOp, batch []groupOp) error {
 	if g.testHookSend != nil {
-		g.testHookSend()
+		subjects := make([]string, len(batch))
+		for i, o := range batch {
+			subjects[i] = o.msg.Subject
+		}
+		g.testHookSend(subjects)
 	}
 	nc := g.s.js.Conn()
 	if nc.IsClosed() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -309,7 +310,10 @@ func TestJetStoreGroupedUnknownOutcome(t *testing.T) {
 		tasks[i] = running(id, "r1")
 	}
 	var once sync.Once
-	kvstore.SetBatchSendHookForTest(s, func() { once.Do(srv.Shutdown) })
+	var first []string // the subjects of the batch sent as the server went down
+	kvstore.SetBatchSendHookForTest(s, func(subjects []string) {
+		once.Do(func() { first = subjects; srv.Shutdown() })
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	chs := startUpdates(ctx, s, tasks, revs)
@@ -326,6 +330,18 @@ func TestJetStoreGroupedUnknownOutcome(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Fatal("every write reported success, though the server went down before their batch was sent")
+	}
+	if len(first) == 0 {
+		t.Fatal("no batch was sent")
+	}
+	inFirst := map[string]bool{}
+	for _, subj := range first {
+		inFirst[strings.TrimPrefix(subj, "$KV."+s.Bucket()+".")] = true
+	}
+	for i := range n {
+		if inFirst[kvstore.Key(tasks[i].ID, s.Partitions())] && got[i].err == nil {
+			t.Errorf("update %s, in the batch sent as the server went down, reported success", tasks[i].ID)
+		}
 	}
 	t.Logf("%d of %d writes reported an unknown outcome; e.g. %v", failed, n, got[0].err)
 

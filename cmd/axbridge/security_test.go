@@ -141,6 +141,9 @@ func TestToken(t *testing.T) {
 	logs := runBridge(t, "--nats-url", srv.ClientURL(), "--token", token)
 	fires(t, srv.ClientURL(), nats.Token(token))
 	refusedLog, err := runRefused(t, "--nats-url", srv.ClientURL(), "--token", wrong)
+	if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Errorf("err %v, want an authorization error", err)
+	}
 	noSecrets(t, []string{logs.String(), refusedLog, err.Error()}, token, wrong)
 }
 
