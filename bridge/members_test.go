@@ -450,8 +450,9 @@ func (f *flakyMembers) Heartbeat(ctx context.Context, replica string, ttl time.D
 }
 
 // A replica whose heartbeats fail gives up every partition within its lease and claims and fires
-// nothing after that, while the other takes everything over; once its heartbeats are confirmed
-// again it takes its share back.
+// nothing after that, while the other takes everything over; in each partition, the fenced
+// replica's last fire comes before the new owner's first (tasks fall due all through the cut);
+// once its heartbeats are confirmed again it takes its share back.
 func TestSelfFencing(t *testing.T) {
 	t.Parallel()
 	e := newPartEnv(t, 60, time.Second)
@@ -459,12 +460,50 @@ func TestSelfFencing(t *testing.T) {
 	a := e.start("sa", func(m Membership) Membership { flaky.Membership = m; return flaky })
 	b := e.start("sb", nil)
 	e.stable(a, b)
+	// 240 tasks due every 10 ms from 0.4 s before the cut to 2 s after it: through the fence (at
+	// most a lease) and the hand-off.
+	through := e.idsIn("through", 240, func(int) bool { return true })
+	cutAt := time.Now().Add(time.Second)
+	for i, id := range through {
+		e.create([]string{id}, cutAt.Add(-400*time.Millisecond+time.Duration(i)*10*time.Millisecond).UnixMilli())
+	}
+	<-time.After(time.Until(cutAt)) // the cut falls among the due times, by design
 	flaky.cut.Store(true)
 	cut := time.Now()
 	if !checkFor(5*time.Second, func() bool { return len(a.owned()) == 0 && len(b.owned()) == e.n }) {
 		t.Fatalf("after its heartbeats failed, sa owns %d partitions and sb %d", len(a.owned()), len(b.owned()))
 	}
 	fenced := time.Since(cut)
+	e.settled(through, 15*time.Second)
+	by := e.once(through)
+	lastA, firstB := map[int]time.Time{}, map[int]time.Time{}
+	for id, fs := range e.firesOf(through) {
+		p := kvstore.Partition(id, e.n)
+		for _, f := range fs {
+			switch f.replica {
+			case "sa":
+				if f.at.After(lastA[p]) {
+					lastA[p] = f.at
+				}
+			case "sb":
+				if cur, ok := firstB[p]; f.at.After(cut) && (!ok || f.at.Before(cur)) {
+					firstB[p] = f.at
+				}
+			}
+		}
+	}
+	handed := 0
+	for p, at := range lastA {
+		if b, ok := firstB[p]; ok {
+			handed++
+			if !at.Before(b) {
+				t.Errorf("partition %d: the fenced replica sa fired at +%v after the cut, the new owner sb first at +%v", p, at.Sub(cut), b.Sub(cut))
+			}
+		}
+	}
+	if by["sa"] == 0 || handed == 0 {
+		t.Errorf("the hand-off was not exercised: fires by replica %v, %d partitions fired by sa then by sb", by, handed)
+	}
 	if o := a.b.own.Load(); o.n != 0 && time.Now().Before(o.until) {
 		t.Fatalf("sa still counts itself owner of %d partitions", o.n)
 	}
