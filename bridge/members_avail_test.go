@@ -98,7 +98,7 @@ func TestConnectionBlipKeepsPartitions(t *testing.T) {
 func TestTwoBlipsKeepPartitions(t *testing.T) {
 	t.Parallel()
 	const lease = 16 * time.Second // a grace of 4 s: each reconnection has a second on a busy machine
-	grace := lease / 4 // how long a replica's connection may be down before it leaves
+	grace := lease / 4             // how long a replica's connection may be down before it leaves
 	e := newPartEnv(t, 60, lease)
 	proxy := natstest.NewCutProxy(t, strings.TrimPrefix(e.srv.ClientURL(), "nats://"))
 	nc := natstest.Connect(t, proxy.URL(), nats.ReconnectWait(10*time.Millisecond), nats.ReconnectJitter(0, 0))
