@@ -11,6 +11,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -226,6 +228,92 @@ func TestComposeFaults(t *testing.T) {
 	if v.repeats["nak"] == 0 {
 		t.Errorf("no retry after a -NAK was seen: the consumer's refusals did not reach the bridge")
 	}
+	// The repeats the faults caused (a -NAK's retry is the consumer's choice) stay within 1%.
+	byFault := len(v.unexplained)
+	for cause, n := range v.repeats {
+		if cause != "nak" {
+			byFault += n
+		}
+	}
+	if byFault*100 > len(all) {
+		t.Errorf("%d repeats after faults among %d tasks, over the bar of 1%% (%v)", byFault, len(all), v.repeats)
+	}
+	s.checkBridges(ctx)
+}
+
+// repairLine is what the reconciler logs for each repair (bridge/reconcile.go).
+const repairLine = "reconciler: task was not indexed in time"
+
+// checkBridges fails the test if a bridge's reconciler repaired a task (a lost watch event: the
+// README calls any repair a bug), over the container's whole log (restarts included) and its
+// live ax_reconcile_repairs_total, or if a bridge logged a panic or a fatal error.
+func (s *stack) checkBridges(ctx context.Context) {
+	t := s.t
+	t.Helper()
+	for _, svc := range []string{"bridge-1", "bridge-2"} {
+		id, err := s.container(ctx, svc)
+		if err != nil {
+			t.Errorf("%s: %v", svc, err)
+			continue
+		}
+		logs, err := s.docker(ctx, "logs", id)
+		if err != nil {
+			t.Errorf("docker logs %s: %v", svc, err)
+			continue
+		}
+		if n := strings.Count(logs, repairLine); n > 0 {
+			t.Errorf("%s: the reconciler repaired %d tasks", svc, n)
+		}
+		for _, bad := range []string{"panic: ", "fatal error: "} {
+			if i := strings.Index(logs, bad); i >= 0 {
+				t.Errorf("%s logged %q:\n%s", svc, bad, logs[i:min(len(logs), i+2000)])
+			}
+		}
+		n, err := s.repairs(ctx, svc)
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v", svc, err)
+		case n != 0:
+			t.Errorf("%s: ax_reconcile_repairs_total %v, want 0", svc, n)
+		}
+	}
+}
+
+// repairs is the sum of the bridge service's ax_reconcile_repairs_total samples (both kinds show
+// from the start: no sample is an error).
+func (s *stack) repairs(ctx context.Context, svc string) (float64, error) {
+	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", s.metricsPorts[svc])
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	samples := 0
+	for line := range strings.Lines(string(body)) {
+		if !strings.HasPrefix(line, "ax_reconcile_repairs_total{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", url, line, err)
+		}
+		sum += v
+		samples++
+	}
+	if samples == 0 {
+		return 0, fmt.Errorf("%s shows no ax_reconcile_repairs_total", url)
+	}
+	return sum, nil
 }
 
 // schedule publishes one task per id with a due time from due(i), retrying each until the stream

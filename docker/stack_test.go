@@ -28,13 +28,14 @@ var (
 // stack is one run of compose.yaml under its own project name, with its own images, host ports
 // and passwords. Everything it starts, down removes (containers, network, volumes, images).
 type stack struct {
-	t         *testing.T
-	project   string
-	env       []string
-	passwords map[string]string // user → password
-	natsPorts []int             // host ports of nats-1..3's client port
-	monPorts  []int             // host ports of nats-1..3's monitoring port
-	images    []string
+	t            *testing.T
+	project      string
+	env          []string
+	passwords    map[string]string // user → password
+	natsPorts    []int             // host ports of nats-1..3's client port
+	monPorts     []int             // host ports of nats-1..3's monitoring port
+	metricsPorts map[string]int    // host port of each bridge service's /metrics
+	images       []string
 
 	lastUnhealthy string // waitHealthy's last failure before success
 
@@ -58,6 +59,7 @@ func newStack(t *testing.T) *stack {
 		vars = append(vars, fmt.Sprintf("AX_NATS_PORT_%d=%d", i+1, s.natsPorts[i]), fmt.Sprintf("AX_NATS_MONITOR_PORT_%d=%d", i+1, s.monPorts[i]))
 	}
 	vars = append(vars, fmt.Sprintf("AX_BRIDGE_METRICS_PORT_1=%d", ports[6]), fmt.Sprintf("AX_BRIDGE_METRICS_PORT_2=%d", ports[7]))
+	s.metricsPorts = map[string]int{"bridge-1": ports[6], "bridge-2": ports[7]}
 	for _, user := range []string{"bridge", "producer", "consumer", "operator"} {
 		s.passwords[user] = randHex(t, 16)
 		vars = append(vars, "AX_"+strings.ToUpper(user)+"_PASSWORD="+s.passwords[user])
