@@ -63,7 +63,11 @@ func (p *bridgeProc) logScan() (repairs int, bad []string) {
 		}
 		for _, s := range badLines {
 			if strings.Contains(line, s) && !strings.HasPrefix(line, "{") { // a JSON log line is the bridge's own
-				bad = append(bad, strings.Join(lines[i:min(len(lines), i+30)], "\n"))
+				if len(bad) < 3 { // with the lines that follow: the race report's stacks
+					bad = append(bad, strings.Join(lines[i:min(len(lines), i+40)], "\n"))
+				} else if len(bad) == 3 {
+					bad = append(bad, "and more")
+				}
 			}
 		}
 	}
