@@ -117,8 +117,15 @@ type ackOp struct {
 	reason string // for a nak: what LastError records
 }
 
+// errOtherBizType: a reply on the ack subject of another bizType than the task's, which NATS
+// permissions may allow a consumer that never received the task (permissions.md).
+var errOtherBizType = errors.New("ack subject names another bizType than the task's")
+
 // transition computes the record after the reply, or an error if the reply is stale.
 func (op *ackOp) transition(t kvstore.Task, nowMs int64) (kvstore.Task, error) {
+	if t.BizType != op.addr.bizType {
+		return t, errOtherBizType
+	}
 	tok := op.addr.token
 	switch op.body.kind {
 	case ackNak:

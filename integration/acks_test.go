@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,4 +127,34 @@ func TestAckSyncOnlyWhenDurable(t *testing.T) {
 	// The store recovers: the ack, still being retried, is applied.
 	fs.Clear()
 	e.waitStatus("sync-bad", kvstore.StatusSuccess, 5*time.Second)
+}
+
+// A reply on the ack subject of another bizType settles nothing (review N5): a consumer that may
+// publish on ax.ack.order.> and knows, or guesses, a coupon task's partition, token and id sends
+// +TERM and +ACK on ax.ack.order.<p>.<token>.<id>. Each is ignored (and answered); the task stays
+// RUNNING at attempt 1 until its own consumer's ack makes it SUCCESS.
+func TestAckOnAnotherBizTypeIgnored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startBridge(bridge.Config{})
+	c := e.consume("ax.fire.coupon", nil) // holds the fire unanswered
+	e.schedule("coupon", "c", bridge.HeaderTaskID, "coupon-1", bridge.HeaderAckWait, "30s")
+	f := c.next(t, 5*time.Second)
+	forged, ok := strings.CutPrefix(f.msg.Reply, "ax.ack.coupon.")
+	if !ok {
+		t.Fatalf("reply subject %q", f.msg.Reply)
+	}
+	forged = "ax.ack.order." + forged
+	for _, body := range []string{"+TERM forged", "+ACK", "-NAK"} {
+		if _, err := e.nc.Request(forged, []byte(body), 5*time.Second); err != nil {
+			t.Fatalf("%s on %s: not answered: %v", body, forged, err)
+		}
+		if rec := e.waitStatus("coupon-1", kvstore.StatusRunning, time.Second); rec.Task.Attempt != 1 || rec.Task.LastError != "" {
+			t.Fatalf("after %s on %s: %s attempt %d %q; want RUNNING at attempt 1", body, forged, rec.Task.Status, rec.Task.Attempt, rec.Task.LastError)
+		}
+	}
+	if err := f.msg.AckSync(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStatus("coupon-1", kvstore.StatusSuccess, 5*time.Second)
 }
