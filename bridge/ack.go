@@ -141,9 +141,9 @@ func (op *ackOp) transition(t kvstore.Task, nowMs int64) (kvstore.Task, error) {
 // respond answers a sync ack (AckSync, nats req). It is called only once the new state is durable
 // or the reply was found stale; a reply that could not be applied gets no answer, so that the
 // caller's request times out and it knows the outcome is not settled.
-func (op *ackOp) respond() {
+func (op *ackOp) respond(outcome string) {
 	if op.req.msg.Reply != "" && !op.req.noResponders {
-		_ = op.req.msg.Respond(nil)
+		_ = op.req.msg.RespondMsg(&nats.Msg{Header: nats.Header{HeaderAck: []string{outcome}}})
 	}
 }
 
@@ -211,7 +211,7 @@ func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Tas
 		e, err := b.getBounded(ctx, op.addr.id)
 		switch {
 		case errors.Is(err, kvstore.ErrNotFound):
-			op.respond() // the record is gone: the claim is over
+			op.respond(AckStale) // the record is gone: the claim is over
 			return
 		case err != nil:
 			b.storeFailed(opAckRead, op.addr.id, err)
@@ -268,7 +268,7 @@ func sameWrite(s, w *kvstore.Task) bool {
 func (b *Bridge) ackStale(op *ackOp, e kvstore.Entry, err error) {
 	b.log.Debug("ack ignored", "task_id", op.addr.id, "claim", op.addr.token, "status", e.Task.Status, "err", err)
 	b.m.acks.WithLabelValues(e.Task.BizType, "stale").Inc()
-	op.respond()
+	op.respond(AckStale)
 }
 
 // ackApplied finishes a reply whose write is durable at rev.
@@ -277,7 +277,7 @@ func (b *Bridge) ackApplied(op *ackOp, next *kvstore.Task, rev uint64) {
 		b.fired.put(kvstore.Entry{Task: *next, Revision: rev})
 	}
 	b.m.acks.WithLabelValues(next.BizType, ackLabel(op.body.kind, op.req.noResponders)).Inc()
-	op.respond()
+	op.respond(AckApplied)
 	if next.Status == kvstore.StatusDead {
 		b.dead(next)
 	}

@@ -38,6 +38,11 @@ const (
 	HeaderSubject   = "Ax-Subject"
 	HeaderStatus    = "Ax-Status"
 	HeaderReplica   = "Ax-Replica"
+	// HeaderAck is on the bridge's answer to a sync ack: AckApplied or AckStale.
+	HeaderAck = "Ax-Ack"
+
+	AckApplied = "applied" // the reply's new state is durable
+	AckStale   = "stale"   // the reply was ignored: its attempt is over, or it named another bizType
 
 	// DueAtLayout is the format of Ax-Due-At: RFC 3339, UTC, milliseconds.
 	DueAtLayout = "2006-01-02T15:04:05.000Z07:00"

@@ -158,3 +158,40 @@ func TestAckOnAnotherBizTypeIgnored(t *testing.T) {
 	}
 	e.waitStatus("coupon-1", kvstore.StatusSuccess, 5*time.Second)
 }
+
+// The answer to a sync ack says what became of it (review N8): Ax-Ack: applied once the new
+// state is durable, Ax-Ack: stale for a reply that was ignored (an attempt retried after its
+// lease, a finished task, another bizType's subject), so that a caller can tell the two apart.
+func TestAckReplySaysAppliedOrStale(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startBridge(bridge.Config{})
+	c := e.consume("ax.fire.sync", nil) // holds every fire unanswered
+	e.schedule("sync", "s", bridge.HeaderTaskID, "sync-1", bridge.HeaderAckWait, "1s", bridge.HeaderBackoff, "0s")
+	first := c.next(t, 5*time.Second)
+	second := c.next(t, 10*time.Second) // attempt 1's lease ran out: attempt 2
+	ack := func(subject, body string) string {
+		t.Helper()
+		m, err := e.nc.Request(subject, []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s on %s: %v", body, subject, err)
+		}
+		return m.Header.Get(bridge.HeaderAck)
+	}
+	if got := ack(first.msg.Reply, "+ACK"); got != bridge.AckStale {
+		t.Errorf("ack of attempt 1 after its lease: Ax-Ack %q, want %q", got, bridge.AckStale)
+	}
+	if got := ack(strings.Replace(second.msg.Reply, "ax.ack.sync.", "ax.ack.other.", 1), "+ACK"); got != bridge.AckStale {
+		t.Errorf("ack on another bizType's subject: Ax-Ack %q, want %q", got, bridge.AckStale)
+	}
+	if got := ack(second.msg.Reply, "+WPI"); got != bridge.AckApplied {
+		t.Errorf("+WPI of attempt 2: Ax-Ack %q, want %q", got, bridge.AckApplied)
+	}
+	if got := ack(second.msg.Reply, "+ACK"); got != bridge.AckApplied {
+		t.Errorf("ack of attempt 2: Ax-Ack %q, want %q", got, bridge.AckApplied)
+	}
+	e.waitStatus("sync-1", kvstore.StatusSuccess, time.Second)
+	if got := ack(second.msg.Reply, "+ACK"); got != bridge.AckStale {
+		t.Errorf("second ack of a finished task: Ax-Ack %q, want %q", got, bridge.AckStale)
+	}
+}
