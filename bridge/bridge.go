@@ -410,10 +410,12 @@ func (b *Bridge) shutdown(ctx context.Context) error {
 			b.ackSubs = b.memberState.ackSubscriptions()
 		}
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
-		if err := b.members.Leave(lctx, b.cfg.ReplicaID); err != nil {
+		err := b.members.Leave(lctx, b.cfg.ReplicaID)
+		cancel()
+		if err != nil {
 			b.log.Debug("leave the replicas; the heartbeat key expires instead", "err", err)
 		}
-		cancel()
+		b.handOverAcks(ctx, err == nil)
 	}
 	// Drain delivers the acks the server already sent, then closes the subscriptions.
 	for _, sub := range b.ackSubs {
@@ -437,6 +439,29 @@ func (b *Bridge) shutdown(ctx context.Context) error {
 		return fmt.Errorf("bridge stop: %w: %w", err, ctx.Err())
 	}
 	return nil
+}
+
+// handOverAcks keeps the ack subscriptions of a stopping replica until the others can have
+// subscribed to its partitions' acks: they do once they see its leave (left), or its key expire a
+// lease after its last heartbeat. Acks sent meanwhile are applied here, not lost (review N4). It
+// takes at most half of what ctx has left, and nothing when no other replica is alive.
+func (b *Bridge) handOverAcks(ctx context.Context, left bool) {
+	if len(b.ackSubs) == 0 || b.liveMembers.Load() <= 1 {
+		return
+	}
+	grace := b.cfg.PartitionLease
+	if left {
+		grace = b.fenceMargin()
+	}
+	if d, ok := ctx.Deadline(); ok {
+		grace = min(grace, time.Until(d)/2)
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func waitCtx(ctx context.Context, wg *sync.WaitGroup) bool {
