@@ -69,3 +69,6 @@ func SetWatchLoadForTest(s *JetStore, headersOnly bool) {
 		s.testLoad = 1
 	}
 }
+
+// AsyncPendingForTest is how many of s's async writes nats.go still awaits an answer for.
+func AsyncPendingForTest(s *JetStore) int { return s.pub.PublishAsyncPending() }

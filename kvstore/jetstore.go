@@ -27,6 +27,8 @@ const (
 	DefaultWatchBuffer = 4096
 	DefaultBatchMax    = BatchAuto
 	DefaultBatchDelay  = time.Millisecond
+	// DefaultAnswerTimeout is six times the bridge's deadline of a store call.
+	DefaultAnswerTimeout = 30 * time.Second
 )
 
 // BatchAuto as Config.BatchMax lets the store pick single writes or atomic batches by itself.
@@ -87,6 +89,12 @@ type Config struct {
 	// BatchDelay is how long a batch that is not full waits for more writes after its first
 	// (default 1ms, at most 100ms).
 	BatchDelay time.Duration
+	// AnswerTimeout is the longest an async write's answer is awaited (default 30s, at least the
+	// deadlines callers give): nats.go then forgets the write. An answer the server never sends (a
+	// stream leader that stepped down drops what it had queued) would otherwise hold one of
+	// nats.go's pending slots, and the write's message, for good; once they are all held, every
+	// async write stalls.
+	AnswerTimeout time.Duration
 	// Logger receives the store's few logs (default: discard).
 	Logger *slog.Logger
 }
@@ -101,6 +109,7 @@ func (c Config) withDefaults() Config {
 	c.WatchBuffer = cmp.Or(c.WatchBuffer, DefaultWatchBuffer)
 	c.BatchMax = cmp.Or(c.BatchMax, DefaultBatchMax)
 	c.BatchDelay = cmp.Or(c.BatchDelay, DefaultBatchDelay)
+	c.AnswerTimeout = cmp.Or(c.AnswerTimeout, DefaultAnswerTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -115,6 +124,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("kvstore: replicas %d out of range 1..5", c.Replicas)
 	case c.Timeout < 0:
 		return fmt.Errorf("kvstore: negative timeout %v", c.Timeout)
+	case c.AnswerTimeout < 0:
+		return fmt.Errorf("kvstore: negative answer timeout %v", c.AnswerTimeout)
 	case c.Retention < time.Second:
 		return fmt.Errorf("kvstore: retention %v: want at least 1s", c.Retention)
 	case c.MarkerTTL < time.Second:
@@ -132,6 +143,7 @@ func (c Config) validate() error {
 // JetStore is the Store on a JetStream KV bucket. It is safe for concurrent use.
 type JetStore struct {
 	js     jetstream.JetStream
+	pub    jetstream.JetStream // js's connection and API, with cfg.AnswerTimeout: async writes
 	kv     jetstream.KeyValue
 	cfg    Config
 	prefix string // subject prefix of the bucket's keys: "$KV.<bucket>."
@@ -203,7 +215,11 @@ func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*Jet
 	if err != nil {
 		return nil, err
 	}
-	s := &JetStore{js: js, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".",
+	pub, err := withAnswerTimeout(js, cfg.AnswerTimeout)
+	if err != nil {
+		return nil, err
+	}
+	s := &JetStore{js: js, pub: pub, kv: kv, cfg: cfg, prefix: "$KV." + cfg.Bucket + ".",
 		msgGet:       apiPrefix(js.Options()) + "STREAM.MSG.GET.KV_" + cfg.Bucket,
 		retentionTTL: cfg.Retention.String(), markerTTL: cfg.MarkerTTL.String()}
 	if cfg.BatchMax != 1 && allowAtomic(ctx, js, sc, cfg) {
@@ -259,6 +275,28 @@ func allowTTLs(ctx context.Context, js jetstream.JetStream, st jetstream.KeyValu
 // apiPrefix is the JetStream API prefix js sends its requests under, derived as nats.go does
 // (which keeps it private): "$JS.<domain>.API." with a domain, else APIPrefix ending in a dot,
 // else "$JS.API.".
+// withAnswerTimeout is a JetStream context on js's connection and API (domain or prefix) whose
+// async publishes are forgotten after d without an answer.
+func withAnswerTimeout(js jetstream.JetStream, d time.Duration) (jetstream.JetStream, error) {
+	o, opt := js.Options(), jetstream.WithPublishAsyncTimeout(d)
+	var (
+		pub jetstream.JetStream
+		err error
+	)
+	switch {
+	case o.Domain != "":
+		pub, err = jetstream.NewWithDomain(js.Conn(), o.Domain, opt)
+	case o.APIPrefix != "":
+		pub, err = jetstream.NewWithAPIPrefix(js.Conn(), o.APIPrefix, opt)
+	default:
+		pub, err = jetstream.New(js.Conn(), opt)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: jetstream context for writes: %w", err)
+	}
+	return pub, nil
+}
+
 func apiPrefix(o jetstream.JetStreamOptions) string {
 	switch {
 	case o.Domain != "":

@@ -142,7 +142,7 @@ func (s *JetStore) publish(op *asyncOp, m *nats.Msg) {
 		s.singles.Add(1)
 		deadline, _ := op.ctx.Deadline()
 		opts := append(waitForLeader(op.ctx), jetstream.WithStallWait(max(time.Until(deadline), time.Millisecond)))
-		op.paf, op.err = s.js.PublishMsgAsync(m, opts...)
+		op.paf, op.err = s.pub.PublishMsgAsync(m, opts...)
 		if errors.Is(op.err, jetstream.ErrTooManyStalledMsgs) {
 			op.err = fmt.Errorf("kvstore: too many writes pending: %w", op.err)
 		}

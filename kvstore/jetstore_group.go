@@ -427,7 +427,7 @@ func (g *grouper) publishBatch(bop *asyncOp, batch []groupOp) error {
 	m.Header.Set(jetstreamext.BatchCommitHeader, "1")
 	deadline, _ := bop.ctx.Deadline()
 	// No resend on "no responders": that is a refusal (nothing took the commit), settled below.
-	paf, err := g.s.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0),
+	paf, err := g.s.pub.PublishMsgAsync(m, jetstream.WithRetryAttempts(0),
 		jetstream.WithStallWait(max(time.Until(deadline), time.Millisecond)))
 	bop.paf = paf
 	return err
