@@ -110,16 +110,19 @@ type loopState struct {
 // next due step (at most idleCheck away). It reads watch events, worker results and the
 // reconciler's findings, and hands due work to workers, fires first. A watch that ends is started
 // again on another goroutine while the loop keeps firing from its index. When the partitions this
-// replica owns change, it drops what it indexed of those it lost and starts a watch of the new set
-// the same way (its initial load brings the gained partitions; the old watch runs until the new
-// one is up). w watches parts, the partitions owned at Start (nil if none). It closes b.jobs and
-// b.loopEnd when it returns, after its helper goroutines have ended.
-func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
+// replica owns change, it drops what it indexed of those it lost and starts a watch of just the
+// partitions it gained the same way, which joins the running watch (watchSet): the gain's tasks
+// fire as soon as its own load is done, and what the replica kept is not loaded again. A change
+// with nothing gained, or one that would make the set too large, replaces the watch by one of the
+// new set (the old one runs until that is up). first watches parts, the partitions owned at Start
+// (nil if none). It closes b.jobs and b.loopEnd when it returns, after its helper goroutines have
+// ended.
+func (b *Bridge) loop(ctx context.Context, first kvstore.Watcher, parts []int) {
 	defer close(b.loopEnd)
 	defer close(b.jobs)
 	var helpers sync.WaitGroup
 	watches := make(chan watchMsg, 1) // re-watch goroutine → loop: a new running watch
-	var curCancel, pending context.CancelFunc
+	var pending context.CancelFunc
 	defer func() {
 		if pending != nil {
 			pending()
@@ -130,30 +133,32 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
 			_ = nw.w.Stop()
 		default:
 		}
-		if curCancel != nil {
-			curCancel()
-		}
 	}()
 	// gen numbers the re-watches; pending ends the one running, if any (a watch it hands over
-	// lives under that context, which curCancel then ends when the watch is replaced).
+	// lives under that context, which the watch set ends when it stops).
 	var gen uint64
-	restart := func(parts []int) {
-		if pending != nil {
-			pending()
-			pending = nil
-		}
+	start := func(parts []int, gain bool) {
 		gen++
-		if len(parts) == 0 {
-			return
-		}
 		rctx, cancel := context.WithCancel(ctx)
 		pending = cancel
 		g := gen
 		helpers.Add(1)
 		go func() {
 			defer helpers.Done()
-			b.rewatch(rctx, watches, parts, g)
+			b.rewatch(rctx, watches, watchMsg{parts: parts, gen: g, gain: gain})
 		}()
+	}
+	// restart starts a watch of parts that replaces the running one, and ends one on its way.
+	restart := func(parts []int) {
+		if pending != nil {
+			pending()
+			pending = nil
+		}
+		if len(parts) == 0 {
+			gen++
+			return
+		}
+		start(parts, false)
 	}
 	l := &loopState{
 		b:        b,
@@ -174,8 +179,10 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
 	timer := time.NewTimer(idleCheck)
 	defer timer.Stop()
 
+	var w *watchSet
 	var events <-chan kvstore.Event
-	if w != nil {
+	if first != nil {
+		w = newWatchSet(first, nil)
 		events = w.Events()
 	}
 	defer func() {
@@ -241,15 +248,23 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
 				_ = nw.w.Stop()
 				break
 			}
+			cancel := pending
+			pending = nil
+			if nw.gain {
+				// A watch of gained partitions joins the running one. If that has ended
+				// meanwhile, its restart (once the loop sees the end) covers them.
+				if w == nil || !w.add(nw.w, cancel) {
+					restart(l.ownedList())
+				}
+				break
+			}
 			if w != nil {
 				_ = w.Stop()
 			} else {
 				b.log.Info("task watch running again", "down_for", time.Since(watchDown).Round(time.Millisecond))
 			}
-			if curCancel != nil {
-				curCancel()
-			}
-			w, events, curCancel, pending = nw.w, nw.w.Events(), pending, nil
+			w = newWatchSet(nw.w, cancel)
+			events = w.Events()
 			b.m.loop.watchUp.Set(1)
 		case <-b.ownChanged:
 			o := b.own.Load()
@@ -257,15 +272,18 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
 				break
 			}
 			l.now = b.read()
+			gained := gainedParts(l.owned, o.parts)
 			l.reown(o.parts)
-			restart(o.owned())
+			if len(gained) > 0 && w != nil && pending == nil && w.size() < maxWatches {
+				// Load only the gain, so that its tasks fire as soon as it is loaded; the running
+				// watch goes on (what it brings of partitions lost, apply drops).
+				start(gained, true)
+			} else {
+				restart(o.owned())
+			}
 			if o.n == 0 && w != nil { // nothing to watch until partitions come back
 				_ = w.Stop()
 				w, events = nil, nil
-				if curCancel != nil {
-					curCancel()
-					curCancel = nil
-				}
 			}
 		case r := <-b.results:
 			l.now = b.read()
@@ -292,6 +310,21 @@ func (b *Bridge) loop(ctx context.Context, w kvstore.Watcher, parts []int) {
 		l.turn()
 		timer.Reset(l.wait())
 	}
+}
+
+// maxWatches bounds the watches of the loop's watch set: past it, a gain restarts one watch of
+// all partitions owned, which also drops the filters of those lost since.
+const maxWatches = 4
+
+// gainedParts is the partitions owned in next and not in cur.
+func gainedParts(cur, next []bool) []int {
+	var gained []int
+	for p, has := range next {
+		if has && (p >= len(cur) || !cur[p]) {
+			gained = append(gained, p)
+		}
+	}
+	return gained
 }
 
 // tryRecv receives from ch if a value is ready; ok is false otherwise or if ch is closed (the

@@ -22,7 +22,7 @@ func (l *loopState) ownedList() []int {
 // reown takes the new set of owned partitions. Whatever the loop holds of a partition it lost
 // goes: index entries (the index is rebuilt from its own entries, once per move, so it keeps no
 // memory of another replica's tasks), pre-read records, queued jobs and the bookkeeping of steps
-// in flight. Gained partitions come with the watch of the new set, which the loop starts next.
+// in flight. Gained partitions come with the watch the loop starts next.
 func (l *loopState) reown(parts []bool) {
 	lost := false
 	for p, own := range l.owned {

@@ -15,24 +15,27 @@ const (
 	rewatchMaxPause   = 5 * time.Second
 )
 
-// watchMsg is a running watch of parts, started by the re-watch of generation gen.
+// watchMsg is a running watch of parts, started by the re-watch of generation gen: with gain,
+// of partitions gained, to join the running watch; else of all, to replace it.
 type watchMsg struct {
 	w     kvstore.Watcher
 	parts []int
 	gen   uint64
+	gain  bool
 }
 
 // rewatch starts the task watch of parts (again, after it ended, or for a new set of partitions)
 // and hands the running watch to the loop on out; it runs on its own goroutine, so the loop goes
 // on firing from its index meanwhile. Each attempt is bounded by Config.WatchTimeout. The first
 // failure is logged as a Warn, later ones of the same outage at Debug; the loop logs the recovery.
-func (b *Bridge) rewatch(ctx context.Context, out chan<- watchMsg, parts []int, gen uint64) {
+func (b *Bridge) rewatch(ctx context.Context, out chan<- watchMsg, m watchMsg) {
 	pause := rewatchFirstPause
 	for attempt := 1; ; attempt++ {
-		w, err := b.startWatch(ctx, parts)
+		w, err := b.startWatch(ctx, m.parts)
 		if err == nil {
+			m.w = w
 			select {
-			case out <- watchMsg{w: w, parts: parts, gen: gen}:
+			case out <- m:
 			case <-ctx.Done():
 				_ = w.Stop()
 			}

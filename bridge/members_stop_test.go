@@ -2,8 +2,12 @@ package bridge
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/axbridge/axbridge/internal/natstest"
 
 	"github.com/axbridge/axbridge/kvstore"
 )
@@ -100,5 +104,57 @@ func TestGracefulStopKeepsAcks(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("stop ga: %v", err)
+	}
+}
+
+// watchLog records the partitions of every watch its store is asked for.
+type watchLog struct {
+	*kvstore.JetStore
+	mu    sync.Mutex
+	calls [][]int
+}
+
+func (w *watchLog) Watch(ctx context.Context, partitions ...int) (kvstore.Watcher, error) {
+	w.mu.Lock()
+	w.calls = append(w.calls, slices.Clone(partitions))
+	w.mu.Unlock()
+	return w.JetStore.Watch(ctx, partitions...)
+}
+
+func (w *watchLog) last() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.calls) == 0 {
+		return nil
+	}
+	return w.calls[len(w.calls)-1]
+}
+
+// A replica that gains partitions (another died) loads only those: its next watch asks for just
+// the gained partitions, while the partitions it kept are not loaded again, and the dead one's
+// tasks fire from it.
+func TestGainLoadsOnlyTheGain(t *testing.T) {
+	t.Parallel()
+	e := newPartEnv(t, 60, time.Second)
+	var log *watchLog
+	a := e.startWith("wa", natstest.Connect(t, e.srv.ClientURL()), nil, func(s *kvstore.JetStore) Store {
+		log = &watchLog{JetStore: s}
+		return log
+	})
+	b := e.start("wb", nil)
+	e.stable(a, b)
+	kept, lost := a.owned(), b.owned()
+	b.nc.Close() // dies: no leave, its key expires
+	if !checkFor(10*time.Second, func() bool { return len(a.owned()) == e.n }) {
+		t.Fatalf("wa owns %d partitions after wb died", len(a.owned()))
+	}
+	if !checkFor(5*time.Second, func() bool { return slices.Equal(log.last(), lost) }) {
+		t.Errorf("after the gain wa watched %v; want only wb's partitions %v (wa kept %v)", log.last(), lost, kept)
+	}
+	ids := e.idsIn("gain", 30, func(p int) bool { return slices.Contains(lost, p) })
+	e.create(ids, time.Now().UnixMilli())
+	e.settled(ids, 15*time.Second)
+	if by := e.once(ids); by["wa"] != len(ids) {
+		t.Errorf("fires by replica %v; want all %d by wa", by, len(ids))
 	}
 }

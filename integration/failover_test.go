@@ -32,7 +32,7 @@ func TestFailoverKill9(t *testing.T) {
 
 	settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
 	rep := checkFires(t, ids, r.obs, r.cons, r.faults)
-	r.finish(rep)
+	defer r.finish(rep) // after the hand-off's checks: on a failure, with the bridges' logs
 
 	parts := r.store.Partitions()
 	fires := r.obs.byTask()

@@ -1,0 +1,102 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// watchSet is the loop's task watch: the watch of the partitions owned when it was started, plus
+// one watch for each gain since (add), so that a replica that gains partitions loads only those
+// while the others go on. Their events are merged; per key they keep their watch's order. When
+// any of them ends, the set ends (Events closes) and the loop starts one watch of all it owns.
+type watchSet struct {
+	out  chan kvstore.Event
+	done chan struct{} // closed when one watch ended or Stop was called
+	once sync.Once
+	fwd  sync.WaitGroup // the forwarding goroutines
+
+	mu      sync.Mutex
+	ended   bool
+	watches []kvstore.Watcher
+	cancels []context.CancelFunc // of the contexts the watches live under (nil for none)
+}
+
+// newWatchSet is a set of w, which lives under the context cancel ends.
+func newWatchSet(w kvstore.Watcher, cancel context.CancelFunc) *watchSet {
+	s := &watchSet{out: make(chan kvstore.Event), done: make(chan struct{})}
+	s.add(w, cancel)
+	go func() {
+		<-s.done
+		s.fwd.Wait()
+		close(s.out)
+	}()
+	return s
+}
+
+// add merges w's events into the set's; it reports false, and stops w, if the set has ended.
+func (s *watchSet) add(w kvstore.Watcher, cancel context.CancelFunc) bool {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		_ = w.Stop()
+		if cancel != nil {
+			cancel()
+		}
+		return false
+	}
+	s.watches = append(s.watches, w)
+	s.cancels = append(s.cancels, cancel)
+	s.fwd.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.fwd.Done()
+		for ev := range w.Events() {
+			select {
+			case s.out <- ev:
+			case <-s.done:
+				return
+			}
+		}
+		s.end() // this watch ended: so does the set
+	}()
+	return true
+}
+
+func (s *watchSet) end() {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.ended = true
+		s.mu.Unlock()
+		close(s.done)
+	})
+}
+
+// size is how many watches the set holds.
+func (s *watchSet) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watches)
+}
+
+// Events is the merged events, closed once the set has ended and every forwarder returned.
+func (s *watchSet) Events() <-chan kvstore.Event { return s.out }
+
+// Stop ends the set and stops every watch of it.
+func (s *watchSet) Stop() error {
+	s.end()
+	s.mu.Lock()
+	ws, cs := s.watches, s.cancels
+	s.watches, s.cancels = nil, nil
+	s.mu.Unlock()
+	var errs []error
+	for i, w := range ws {
+		errs = append(errs, w.Stop())
+		if cs[i] != nil {
+			cs[i]()
+		}
+	}
+	return errors.Join(errs...)
+}
