@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -111,10 +112,62 @@ func (b *Bridge) ackWorker(ctx context.Context) {
 
 // ackOp is one reply, parsed.
 type ackOp struct {
-	req    ackReq
-	addr   ackAddr
-	body   ackBody
-	reason string // for a nak: what LastError records
+	req     ackReq
+	addr    ackAddr
+	body    ackBody
+	reason  string // for a nak: what LastError records
+	release func() // ends its hold on the attempt's lease (acksInHand); idempotent
+}
+
+// acksInHand are the replies received and not yet written or found stale, by task id and token:
+// an attempt whose consumer answered within its lease is not expired while its answer is being
+// written (the store slow or in an election), since the answer, not the lease, decides.
+type acksInHand struct {
+	mu sync.Mutex
+	m  map[string]ackHeld
+}
+
+type ackHeld struct {
+	token uint64
+	n     int   // replies of that attempt in hand
+	at    int64 // when the first arrived, UTC Unix ms
+}
+
+// hold notes a reply to attempt token of id received at; the func it returns ends the hold.
+func (h *acksInHand) hold(id string, token uint64, at int64) func() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[string]ackHeld)
+	}
+	if cur, ok := h.m[id]; ok && cur.token == token {
+		cur.n++
+		h.m[id] = cur
+	} else {
+		h.m[id] = ackHeld{token: token, n: 1, at: at} // a newer attempt's reply replaces an older one's
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if cur, ok := h.m[id]; ok && cur.token == token {
+				if cur.n--; cur.n == 0 {
+					delete(h.m, id)
+				} else {
+					h.m[id] = cur
+				}
+			}
+		})
+	}
+}
+
+// holds reports whether a reply to attempt token of id, received before leaseUntil, is in hand.
+func (h *acksInHand) holds(id string, token uint64, leaseUntil int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cur, ok := h.m[id]
+	return ok && cur.token == token && cur.at <= leaseUntil
 }
 
 // errOtherBizType: a reply on the ack subject of another bizType than the task's, which NATS
@@ -156,7 +209,8 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 		b.log.Debug("ack on an unknown subject", "subject", r.msg.Subject)
 		return
 	}
-	op := &ackOp{req: r, addr: addr, body: ackBody{kind: ackNak, delay: -1}, reason: "no responders"}
+	op := &ackOp{req: r, addr: addr, body: ackBody{kind: ackNak, delay: -1}, reason: "no responders",
+		release: b.hand.hold(addr.id, addr.token, b.cfg.Now().UnixMilli())}
 	if !r.noResponders {
 		op.body, op.reason = parseAckBody(r.msg.Data), "nak"
 	}
@@ -186,6 +240,7 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 		b.pipelined.Add(1)
 		go func() {
 			defer b.pipelined.Done()
+			defer op.release()
 			if b.fired.acquire(ctx) {
 				defer b.fired.release()
 				b.applyAckRead(ctx, op, wrote)
@@ -201,6 +256,7 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 // unknown, if any: if the record read back is that write (or a later one of the same kind, which
 // may land late, after a retry of it lost its CAS), it is the reply applied.
 func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Task) {
+	defer op.release()
 	var wait retryWait
 	conflicts := 0
 	var unknown []kvstore.Task // writes of this reply that may have landed, the last few
@@ -266,6 +322,7 @@ func sameWrite(s, w *kvstore.Task) bool {
 }
 
 func (b *Bridge) ackStale(op *ackOp, e kvstore.Entry, err error) {
+	op.release()
 	b.log.Debug("ack ignored", "task_id", op.addr.id, "claim", op.addr.token, "status", e.Task.Status, "err", err)
 	b.m.acks.WithLabelValues(e.Task.BizType, "stale").Inc()
 	op.respond(AckStale)
@@ -273,6 +330,7 @@ func (b *Bridge) ackStale(op *ackOp, e kvstore.Entry, err error) {
 
 // ackApplied finishes a reply whose write is durable at rev.
 func (b *Bridge) ackApplied(op *ackOp, next *kvstore.Task, rev uint64) {
+	op.release()
 	if next.Status == kvstore.StatusRunning { // in progress: the attempt goes on
 		b.fired.put(kvstore.Entry{Task: *next, Revision: rev})
 	}

@@ -111,6 +111,11 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: addMs(nowMs, retryStoreAfter), retry: true})
 		return
 	}
+	if b.hand.holds(j.id, e.Task.Claim, e.Task.LeaseUntil) {
+		// The consumer answered within the lease and its answer is being written: it decides.
+		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: addMs(nowMs, retryStoreAfter)})
+		return
+	}
 	next, err := kvstore.LeaseExpired(e.Task, nowMs)
 	if err != nil {
 		return
