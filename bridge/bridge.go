@@ -41,7 +41,7 @@ type Bridge struct {
 	store Store
 	log   *slog.Logger
 	m     *metrics
-	fired *inflight // records this replica claimed, for a read-free ack
+	fired *inflight  // records this replica claimed, for a read-free ack
 	hand  acksInHand // acks received and not yet written: the lease waits for them
 
 	// mu guards the lifecycle state; it is never held across a network call.
