@@ -11,8 +11,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/axbridge/axbridge/internal/scrape"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -282,38 +281,7 @@ func (s *stack) checkBridges(ctx context.Context) {
 // repairs is the sum of the bridge service's ax_reconcile_repairs_total samples (both kinds show
 // from the start: no sample is an error).
 func (s *stack) repairs(ctx context.Context, svc string) (float64, error) {
-	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", s.metricsPorts[svc])
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	var sum float64
-	samples := 0
-	for line := range strings.Lines(string(body)) {
-		if !strings.HasPrefix(line, "ax_reconcile_repairs_total{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %q: %w", url, line, err)
-		}
-		sum += v
-		samples++
-	}
-	if samples == 0 {
-		return 0, fmt.Errorf("%s shows no ax_reconcile_repairs_total", url)
-	}
-	return sum, nil
+	return scrape.Sum(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", s.metricsPorts[svc]), "ax_reconcile_repairs_total")
 }
 
 // schedule publishes one task per id with a due time from due(i), retrying each until the stream

@@ -2,15 +2,12 @@ package integration
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/axbridge/axbridge/internal/scrape"
 )
 
 // What a fault run checks of the bridge processes themselves once the tasks have settled: the
@@ -39,7 +36,9 @@ func checkBridges(t testing.TB, bridges []*bridgeProc) {
 		if !b.running() {
 			continue
 		}
-		n, err := scrapeSum(b.metrics(), "ax_reconcile_repairs_total")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := scrape.Sum(ctx, b.metrics(), "ax_reconcile_repairs_total")
+		cancel()
 		switch {
 		case err != nil:
 			t.Errorf("bridge %s: %v", b.id, err)
@@ -87,42 +86,4 @@ func (p *bridgeProc) running() bool {
 	default:
 		return true
 	}
-}
-
-// scrapeSum is the sum of every sample of the metric name (a counter or gauge, any labels) at the
-// Prometheus endpoint url; a name the endpoint does not show is an error.
-func scrapeSum(url, name string) (float64, error) {
-	if url == "" {
-		return 0, fmt.Errorf("no metrics URL (started without --metrics-addr?)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", url, err)
-	}
-	fam, ok := fams[name]
-	if !ok {
-		return 0, fmt.Errorf("%s shows no %s", url, name)
-	}
-	var sum float64
-	for _, m := range fam.GetMetric() {
-		switch {
-		case m.Counter != nil:
-			sum += m.Counter.GetValue()
-		case m.Gauge != nil:
-			sum += m.Gauge.GetValue()
-		}
-	}
-	return sum, nil
 }

@@ -1,12 +1,8 @@
 package integration
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +11,7 @@ import (
 	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/internal/natstest"
 	"github.com/axbridge/axbridge/internal/procs"
+	"github.com/axbridge/axbridge/internal/scrape"
 )
 
 // Memory per replica (issue 16's bar: with 3 replicas each holds about a third of one replica's
@@ -95,22 +92,7 @@ func newMetricsBridge(b testing.TB, bin, id, url string) *metricsBridge {
 func (m *metricsBridge) indexed() (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.metrics(), nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "ax_tasks_indexed "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("no ax_tasks_indexed in %s", m.metrics())
+	return scrape.Sum(ctx, m.metrics(), "ax_tasks_indexed")
 }
 
 // steady waits until the bridges' ax_tasks_indexed together cover the n tasks and have not moved
