@@ -99,10 +99,11 @@ type loopState struct {
 	aheadUntil int64                     // UTC Unix ms: the latest due time of a fire handed out ahead of it
 	behind     map[string]int            // steps whose read lagged the indexed revision: id → tries so far
 	clock      stepDetector
-	owned      []bool    // by partition: the partitions this loop indexes and watches
-	fromHouse  bool      // the job nextJob returned is the head of house, not of fires
-	firesInRow int       // fires handed out since the last housekeeping job
-	lastStats  time.Time // monotonic: when the overdue gauges were last computed
+	owned      []bool           // by partition: the partitions this loop indexes and watches
+	loading    func(p int) bool // whether a watch is still loading partition p
+	fromHouse  bool             // the job nextJob returned is the head of house, not of fires
+	firesInRow int              // fires handed out since the last housekeeping job
+	lastStats  time.Time        // monotonic: when the overdue gauges were last computed
 	lastPrune  time.Time
 }
 
@@ -182,9 +183,12 @@ func (b *Bridge) loop(ctx context.Context, first kvstore.Watcher, parts []int) {
 	var w *watchSet
 	var events <-chan kvstore.Event
 	if first != nil {
-		w = newWatchSet(first, nil)
+		w = newWatchSet(first, nil, parts)
 		events = w.Events()
 	}
+	// The reconciler leaves alone the partitions a watch is still loading: their records are on
+	// their way (review N9).
+	l.loading = func(p int) bool { return w != nil && w.isLoading(p) }
 	defer func() {
 		if w != nil {
 			_ = w.Stop()
@@ -253,7 +257,7 @@ func (b *Bridge) loop(ctx context.Context, first kvstore.Watcher, parts []int) {
 			if nw.gain {
 				// A watch of gained partitions joins the running one. If that has ended
 				// meanwhile, its restart (once the loop sees the end) covers them.
-				if w == nil || !w.add(nw.w, cancel) {
+				if w == nil || !w.add(nw.w, cancel, nw.parts) {
 					restart(l.ownedList())
 				}
 				break
@@ -263,7 +267,7 @@ func (b *Bridge) loop(ctx context.Context, first kvstore.Watcher, parts []int) {
 			} else {
 				b.log.Info("task watch running again", "down_for", time.Since(watchDown).Round(time.Millisecond))
 			}
-			w = newWatchSet(nw.w, cancel)
+			w = newWatchSet(nw.w, cancel, nw.parts)
 			events = w.Events()
 			b.m.loop.watchUp.Set(1)
 		case <-b.ownChanged:
@@ -277,8 +281,12 @@ func (b *Bridge) loop(ctx context.Context, first kvstore.Watcher, parts []int) {
 			if len(gained) > 0 && w != nil && pending == nil && w.size() < maxWatches {
 				// Load only the gain, so that its tasks fire as soon as it is loaded; the running
 				// watch goes on (what it brings of partitions lost, apply drops).
+				w.expect(gained)
 				start(gained, true)
 			} else {
+				if w != nil {
+					w.expect(o.owned()) // until the set that replaces it is up
+				}
 				restart(o.owned())
 			}
 			if o.n == 0 && w != nil { // nothing to watch until partitions come back

@@ -22,12 +22,14 @@ type watchSet struct {
 	ended   bool
 	watches []kvstore.Watcher
 	cancels []context.CancelFunc // of the contexts the watches live under (nil for none)
+	loading map[int]int          // partitions whose initial values have not all been handed on: how many watches load them
 }
 
-// newWatchSet is a set of w, which lives under the context cancel ends.
-func newWatchSet(w kvstore.Watcher, cancel context.CancelFunc) *watchSet {
-	s := &watchSet{out: make(chan kvstore.Event), done: make(chan struct{})}
-	s.add(w, cancel)
+// newWatchSet is a set of w, the watch of parts, which lives under the context cancel ends.
+func newWatchSet(w kvstore.Watcher, cancel context.CancelFunc, parts []int) *watchSet {
+	s := &watchSet{out: make(chan kvstore.Event), done: make(chan struct{}), loading: map[int]int{}}
+	s.expect(parts)
+	s.add(w, cancel, parts)
 	go func() {
 		<-s.done
 		s.fwd.Wait()
@@ -36,8 +38,36 @@ func newWatchSet(w kvstore.Watcher, cancel context.CancelFunc) *watchSet {
 	return s
 }
 
-// add merges w's events into the set's; it reports false, and stops w, if the set has ended.
-func (s *watchSet) add(w kvstore.Watcher, cancel context.CancelFunc) bool {
+// expect marks parts as loading until the watch that loads them, added with them, has handed on
+// its initial values.
+func (s *watchSet) expect(parts []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range parts {
+		s.loading[p]++
+	}
+}
+
+// isLoading reports whether partition p is still loading (expect).
+func (s *watchSet) isLoading(p int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loading[p] > 0
+}
+
+func (s *watchSet) loaded(parts []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range parts {
+		if s.loading[p]--; s.loading[p] <= 0 {
+			delete(s.loading, p)
+		}
+	}
+}
+
+// add merges w's events, the watch of parts (expected), into the set's; it reports false, and
+// stops w, if the set has ended.
+func (s *watchSet) add(w kvstore.Watcher, cancel context.CancelFunc, parts []int) bool {
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
@@ -58,6 +88,10 @@ func (s *watchSet) add(w kvstore.Watcher, cancel context.CancelFunc) bool {
 			case s.out <- ev:
 			case <-s.done:
 				return
+			}
+			if ev.Kind == kvstore.EventInitDone && parts != nil {
+				s.loaded(parts)
+				parts = nil
 			}
 		}
 		s.end() // this watch ended: so does the set

@@ -78,6 +78,7 @@ type partEnv struct {
 	fires []partFire
 	hold  []*nats.Msg // fires not acked, when ack is false
 	ack   atomic.Bool
+	tune  func(*Config) // if set, changes each replica's configuration before it starts
 }
 
 type partFire struct {
@@ -178,6 +179,9 @@ func (e *partEnv) startWith(id string, nc *nats.Conn, wrap func(Membership) Memb
 	}
 	cfg := Config{ReplicaID: id, PartitionLease: e.lease, AckWait: 5 * time.Second, Backoff: []time.Duration{time.Second},
 		Logger: slog.New(slog.NewTextHandler(tWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if e.tune != nil {
+		e.tune(&cfg)
+	}
 	if wrap != nil {
 		m, err := kvstore.OpenMembers(context.Background(), js, kvstore.MembersConfig{Bucket: store.Bucket() + "_MEMBERS"})
 		if err != nil {

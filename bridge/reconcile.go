@@ -149,8 +149,8 @@ func (b *Bridge) overdue(e *kvstore.Entry, nowMs int64) (candidate, bool) {
 // that is still suspect is repaired.
 func (l *loopState) reconciled(m reconcileMsg) {
 	why := l.suspect(m.c)
-	if !l.ownsID(m.c.id) {
-		why = "" // the partition moved away meanwhile
+	if !l.ownsID(m.c.id) || l.loading(kvstore.Partition(m.c.id, l.b.nparts)) {
+		why = "" // the partition moved away meanwhile, or its watch is still loading it
 	}
 	if !m.repair {
 		m.reply <- why != ""

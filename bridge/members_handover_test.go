@@ -158,3 +158,105 @@ func TestGainLoadsOnlyTheGain(t *testing.T) {
 		t.Errorf("fires by replica %v; want all %d by wa", by, len(ids))
 	}
 }
+
+// lagGain delays the events of the watch of exactly the partitions in target, as a slow load of
+// a gain would be; every other watch (the reconciler's among them) is as the store makes it.
+type lagGain struct {
+	*kvstore.JetStore
+	lag    time.Duration
+	mu     sync.Mutex
+	target []int
+	lagged int
+}
+
+func (s *lagGain) Watch(ctx context.Context, partitions ...int) (kvstore.Watcher, error) {
+	w, err := s.JetStore.Watch(ctx, partitions...)
+	s.mu.Lock()
+	lag := s.target != nil && slices.Equal(partitions, s.target)
+	if lag {
+		s.lagged++
+	}
+	s.mu.Unlock()
+	if err != nil || !lag {
+		return w, err
+	}
+	return newLaggingWatcher(ctx, w, s.lag), nil
+}
+
+// laggingWatcher hands on w's events lag after they arrived.
+type laggingWatcher struct {
+	kvstore.Watcher
+	out chan kvstore.Event
+}
+
+func newLaggingWatcher(ctx context.Context, w kvstore.Watcher, lag time.Duration) *laggingWatcher {
+	l := &laggingWatcher{Watcher: w, out: make(chan kvstore.Event)}
+	type arrived struct {
+		ev kvstore.Event
+		at time.Time
+	}
+	mid := make(chan arrived, 1<<16)
+	go func() {
+		defer close(mid)
+		for ev := range w.Events() {
+			mid <- arrived{ev, time.Now()}
+		}
+	}()
+	go func() {
+		defer close(l.out)
+		for a := range mid {
+			select {
+			case <-time.After(time.Until(a.at.Add(lag))):
+			case <-ctx.Done():
+			}
+			select {
+			case l.out <- a.ev:
+			case <-ctx.Done():
+				for range mid { // until w's channel closes
+				}
+				return
+			}
+		}
+	}()
+	return l
+}
+
+func (l *laggingWatcher) Events() <-chan kvstore.Event { return l.out }
+
+// The reconciler leaves alone the partitions a replica is still loading after it gained them
+// (review N9): while the gain's watch is slow (2 s), the overdue tasks of the dead replica's
+// partitions are not "repaired" by passes every 200 ms, and they fire once, from the load.
+func TestReconcilerSkipsPartitionsStillLoading(t *testing.T) {
+	t.Parallel()
+	e := newPartEnv(t, 60, time.Second)
+	e.tune = func(c *Config) { c.ReconcileInterval, c.ReconcileGrace = 200*time.Millisecond, time.Millisecond }
+	lg := &lagGain{lag: 2 * time.Second}
+	a := e.startWith("ra", natstest.Connect(t, e.srv.ClientURL()), nil, func(s *kvstore.JetStore) Store {
+		lg.JetStore = s
+		return lg
+	})
+	b := e.start("rb", nil)
+	e.stable(a, b)
+	lost := b.owned()
+	lg.mu.Lock()
+	lg.target = lost
+	lg.mu.Unlock()
+	ids := e.idsIn("loading", 20, func(p int) bool { return slices.Contains(lost, p) })
+	e.create(ids, time.Now().Add(500*time.Millisecond).UnixMilli()) // due after rb is gone
+	b.nc.Close()
+	e.settled(ids, 20*time.Second)
+	if by := e.once(ids); by["ra"] != len(ids) {
+		t.Errorf("fires by replica %v; want all %d by ra", by, len(ids))
+	}
+	lg.mu.Lock()
+	lagged := lg.lagged
+	lg.mu.Unlock()
+	if lagged == 0 {
+		t.Fatal("ra never watched the gain on its own: the test's slow load did not happen")
+	}
+	for _, kind := range []string{"waiting", "running"} {
+		if v := value(t, a.b.m.loop.repairs.WithLabelValues(kind)); v != 0 {
+			t.Errorf("ra's reconciler repaired %v %s tasks of partitions it was still loading", v, kind)
+		}
+	}
+}
