@@ -17,6 +17,16 @@ import (
 // RUNNING under this replica with j.rev as its token), the attempt is published now, rather than
 // left unsent until its lease ends.
 func (b *Bridge) fire(ctx context.Context, j job) {
+	if j.unsure && !b.ownsTask(j.id) && b.alive() {
+		// The partition moved since the claim: the claim may have landed all the same, and then
+		// its attempt is this replica's to publish (the new owner waits for its lease). Read it
+		// back, publish it if so, and claim nothing (review N2).
+		if e, ok := b.load(ctx, j); ok && e.Task.Status == kvstore.StatusRunning && e.Task.Owner == b.cfg.ReplicaID && e.Task.Claim == j.rev {
+			b.log.Debug("claim landed after an unknown outcome; its partition moved since", "task_id", j.id, "attempt", e.Task.Attempt)
+			b.fireClaimed(e)
+		}
+		return
+	}
 	if !b.ownsTask(j.id) {
 		// Not (or no longer) this replica's partition, or its heartbeats are not confirmed: no
 		// read, no claim. The loop keeps the step if it still counts the partition as its own.

@@ -644,7 +644,7 @@ func (l *loopState) result(r result) {
 		l.hold(r.held)
 		return
 	}
-	if r.entries == nil && !l.ownsID(r.id) {
+	if r.entries == nil && !l.ownsID(r.id) && !r.unsure {
 		l.forget(r.id) // the partition moved away while a worker had the step
 		return
 	}

@@ -44,7 +44,9 @@ func (l *loopState) reown(parts []bool) {
 				break
 			}
 			l.idx.pop(h)
-			if l.ownsID(e.id) || h == heapPublish { // a held fire goes out all the same (ahead.go)
+			// A held fire goes out all the same (ahead.go), and an unsure claim is read back: it
+			// may have landed, and then its attempt is this replica's to publish.
+			if l.ownsID(e.id) || h == heapPublish || h == heapFire && l.isUnsure(e.id, e.rev) {
 				idx.put(e.id, e.due, e.rev, e.kind)
 			}
 		}
@@ -68,11 +70,6 @@ func (l *loopState) reown(parts []bool) {
 			delete(l.retrying, id)
 		}
 	}
-	for id := range l.unsure {
-		if !l.ownsID(id) {
-			delete(l.unsure, id)
-		}
-	}
 	for id := range l.behind {
 		if !l.ownsID(id) {
 			delete(l.behind, id)
@@ -85,7 +82,13 @@ func (l *loopState) reown(parts []bool) {
 	l.b.log.Info("partitions moved away: their tasks left the index", "indexed_before", before, "indexed", l.idx.len())
 }
 
-// keepJobs keeps the jobs of owned partitions (a pre-read job keeps its owned ids).
+// isUnsure reports whether the claim of id's revision rev had an unknown outcome.
+func (l *loopState) isUnsure(id string, rev uint64) bool {
+	tok, ok := l.unsure[id]
+	return ok && tok == rev
+}
+
+// keepJobs keeps the jobs of owned partitions, and the read-backs of unsure claims (a pre-read job keeps its owned ids).
 func (l *loopState) keepJobs(js []job) []job {
 	out := js[:0]
 	for _, j := range js {
@@ -95,7 +98,7 @@ func (l *loopState) keepJobs(js []job) []job {
 			}
 			continue
 		}
-		if l.ownsID(j.id) {
+		if l.ownsID(j.id) || j.unsure {
 			out = append(out, j)
 		}
 	}

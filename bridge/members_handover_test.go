@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -258,5 +259,72 @@ func TestReconcilerSkipsPartitionsStillLoading(t *testing.T) {
 		if v := value(t, a.b.m.loop.repairs.WithLabelValues(kind)); v != 0 {
 			t.Errorf("ra's reconciler repaired %v %s tasks of partitions it was still loading", v, kind)
 		}
+	}
+}
+
+// unsureClaim lands the first claim of task id, but reports its outcome (unknown) only once
+// release is closed.
+type unsureClaim struct {
+	*kvstore.JetStore
+	id      string
+	landed  chan struct{} // closed once the claim is written
+	release chan struct{}
+	once    sync.Once
+}
+
+func (u *unsureClaim) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error)) {
+	first := false
+	if t.ID == u.id && t.Status == kvstore.StatusRunning && t.Claim == rev {
+		u.once.Do(func() { first = true })
+	}
+	if !first {
+		u.JetStore.UpdateAsync(ctx, t, rev, done)
+		return
+	}
+	u.JetStore.UpdateAsync(ctx, t, rev, func(_ uint64, err error) {
+		if err == nil {
+			close(u.landed)
+		}
+		go func() {
+			<-u.release
+			done(0, errors.New("no answer, outcome unknown"))
+		}()
+	})
+}
+
+// A claim whose outcome was unknown, and whose partition moved to another replica before the
+// outcome came, is read back all the same (review N2): it landed, so its attempt is published by
+// the replica that claimed (the new owner waits for its lease), and the task with no retries left
+// ends SUCCESS on its consumer's ack instead of DEAD with no delivery.
+func TestUnsureClaimReadBackAfterMove(t *testing.T) {
+	t.Parallel()
+	e := newPartEnv(t, 60, time.Second)
+	two, three := assign([]string{"ua", "ub"}, e.n), assign([]string{"ua", "ub", "uc"}, e.n)
+	moves := func(p int) bool { return two[p] == "ua" && three[p] == "uc" }
+	id := e.idsIn("unsure", 1, moves)[0]
+	u := &unsureClaim{id: id, landed: make(chan struct{}), release: make(chan struct{})}
+	a := e.startWith("ua", natstest.Connect(t, e.srv.ClientURL()), nil, func(s *kvstore.JetStore) Store {
+		u.JetStore = s
+		return u
+	})
+	b := e.start("ub", nil)
+	e.stable(a, b)
+	now := time.Now().UnixMilli()
+	if _, err := e.store.Create(context.Background(), &kvstore.Task{ID: id, BizType: "part", Payload: []byte(id),
+		Status: kvstore.StatusWaiting, DueAt: now, MaxRetry: 0, AckWait: 5 * time.Second,
+		Backoff: []time.Duration{time.Second}, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-u.landed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ua did not claim the task")
+	}
+	c := e.start("uc", nil) // the task's partition moves from ua to uc
+	e.stable(a, b, c)
+	close(u.release) // now ua hears "outcome unknown"
+	e.settled([]string{id}, 15*time.Second)
+	if fs := e.firesOf([]string{id})[id]; len(fs) != 1 || fs[0].replica != "ua" {
+		t.Errorf("fires %+v; want one, by ua", fs)
 	}
 }
