@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/axbridge/axbridge/bridge"
 	"github.com/axbridge/axbridge/internal/faultstore"
 	"github.com/axbridge/axbridge/kvstore"
@@ -83,5 +85,58 @@ func TestAckInHandOutlastsTheLease(t *testing.T) {
 	case m2 := <-fires:
 		t.Errorf("fired again: attempt %s", m2.Header.Get(bridge.HeaderAttempt))
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// slowClaim lands the first claim of task id at once but reports it only after delay.
+type slowClaim struct {
+	*faultstore.Store
+	id    string
+	delay time.Duration
+	done  atomic.Bool
+}
+
+func (s *slowClaim) UpdateAsync(ctx context.Context, t *kvstore.Task, rev uint64, done func(uint64, error)) {
+	if t.ID != s.id || t.Status != kvstore.StatusRunning || t.Claim != rev || s.done.Swap(true) {
+		s.Store.UpdateAsync(ctx, t, rev, done)
+		return
+	}
+	s.Store.UpdateAsync(ctx, t, rev, func(r uint64, err error) {
+		time.AfterFunc(s.delay, func() { done(r, err) })
+	})
+}
+
+// A claim whose answer comes only after the attempt's lease has ended (a starved replica) is not
+// fired, and its attempt is given back uncounted: the task, with no retry left, is fired again as
+// attempt 1 and ends SUCCESS instead of DEAD with no delivery (issue 24, "no attempt spent
+// without a delivery").
+func TestAttemptNotFiredIsGivenBack(t *testing.T) {
+	t.Parallel()
+	sc := &slowClaim{id: "g", delay: 1500 * time.Millisecond}
+	fe := newFaultEnvWith(t, func(s *faultstore.Store) bridge.Store { sc.Store = s; return sc })
+	fires := fe.fires("give")
+	now := time.Now().UnixMilli()
+	if _, err := fe.mem.Create(context.Background(), &kvstore.Task{ID: "g", BizType: "give", Payload: []byte("p"),
+		Status: kvstore.StatusWaiting, DueAt: now, MaxRetry: 0, AckWait: time.Second, Backoff: []time.Duration{0},
+		CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	var m *nats.Msg
+	select {
+	case m = <-fires:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no fire; the task is %+v, given back %v", fe.get("g"), fe.counter("ax_attempts_given_back_total", "biz_type", "give"))
+	}
+	if got := m.Header.Get(bridge.HeaderAttempt); got != "1" {
+		t.Errorf("first delivery is attempt %s, want 1 (the attempt not fired was given back)", got)
+	}
+	if err := m.Respond([]byte("+ACK")); err != nil {
+		t.Fatal(err)
+	}
+	if !bridge.CheckFor(10*time.Second, func() bool { return fe.get("g").Status == kvstore.StatusSuccess }) {
+		t.Fatalf("task %+v, want SUCCESS", fe.get("g"))
+	}
+	if v := fe.counter("ax_attempts_given_back_total", "biz_type", "give"); v != 1 {
+		t.Errorf("ax_attempts_given_back_total %v, want 1", v)
 	}
 }

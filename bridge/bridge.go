@@ -43,6 +43,7 @@ type Bridge struct {
 	m     *metrics
 	fired *inflight  // records this replica claimed, for a read-free ack
 	hand  acksInHand // acks received and not yet written: the lease waits for them
+	out   claimsOut  // claims written and not yet answered: their attempts were not published
 
 	// mu guards the lifecycle state; it is never held across a network call.
 	mu          sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -84,8 +85,10 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken 
 		return
 	}
 	b.claims.Add(1)
+	b.out.add(e.Task.ID, e.Revision)
 	b.store.UpdateAsync(ctx, &claimed, e.Revision, func(rev uint64, err error) {
 		defer b.claims.Done()
+		b.out.remove(e.Task.ID, e.Revision)
 		switch {
 		case err == nil:
 			if !taken.IsZero() {
@@ -109,8 +112,8 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken 
 // by this bridge's clock: a replica that was paused (or whose claim took that long) must not fire
 // an attempt that another replica may already have retried. The claim itself won its CAS, so
 // while its lease runs nobody else fires the task, whoever owns the partition by then. If the
-// lease has ended, or the publish fails, the attempt counts as failed: at-least-once holds. It
-// reports whether it published the attempt.
+// lease has ended, the attempt is given back uncounted (giveBack); if the publish fails, it
+// counts as failed: at-least-once holds. It reports whether it published the attempt.
 func (b *Bridge) publishFire(e kvstore.Entry) bool {
 	t := &e.Task
 	p := kvstore.Partition(t.ID, b.nparts)
@@ -118,6 +121,7 @@ func (b *Bridge) publishFire(e kvstore.Entry) bool {
 		b.m.members.fencedFires.Inc()
 		b.log.Warn("claimed but not fired: the attempt's lease ended before its fire could go out",
 			"task_id", t.ID, "partition", p, "attempt", t.Attempt, "late_ms", nowMs-t.LeaseUntil)
+		b.giveBack(e, nowMs)
 		return false
 	}
 	if !b.fired.putOnce(e) {
@@ -141,6 +145,63 @@ func (b *Bridge) publishFire(e kvstore.Entry) bool {
 	b.m.fired.WithLabelValues(t.BizType).Inc()
 	b.m.lateness.WithLabelValues(t.BizType).Observe(b.cfg.Now().Sub(time.UnixMilli(t.DueAt)).Seconds())
 	return true
+}
+
+// claimsOut are the claims this process has written and not yet heard the answer of, by task id
+// and token: an attempt whose claim is among them has not been published by anyone.
+type claimsOut struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (c *claimsOut) add(id string, token uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]uint64)
+	}
+	c.m[id] = token
+}
+
+func (c *claimsOut) remove(id string, token uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m[id] == token {
+		delete(c.m, id)
+	}
+}
+
+func (c *claimsOut) has(id string, token uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tok, ok := c.m[id]
+	return ok && tok == token
+}
+
+// giveBack returns an attempt that no consumer received to WAITING, uncounted, by CAS on its
+// claim's revision, so that a replica too slow to publish within the lease spends none of the
+// task's attempts (issue 24: tasks went DEAD that no consumer had seen). Only a replica whose
+// heartbeats are confirmed writes it; if the write loses to the lease's expiry by another replica
+// (or fails), the attempt counts as failed, as before.
+func (b *Bridge) giveBack(e kvstore.Entry, nowMs int64) {
+	if !b.alive() {
+		return
+	}
+	next, err := kvstore.Unclaim(e.Task, e.Task.Claim, nowMs)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
+	b.pipelined.Add(1)
+	b.store.UpdateAsync(ctx, &next, e.Revision, func(_ uint64, err error) {
+		defer b.pipelined.Done()
+		cancel()
+		if err == nil {
+			b.m.givenBack.WithLabelValues(e.Task.BizType).Inc()
+			return
+		}
+		b.log.Debug("give back an attempt not fired; its lease's expiry counts it instead", "task_id", e.Task.ID, "err", err)
+	})
 }
 
 // fireHeader is the caller's headers plus the bridge's own (subjects.md, "Firing").

@@ -12,6 +12,7 @@ type metrics struct {
 	lateness     *prometheus.HistogramVec
 	acks         *prometheus.CounterVec
 	leaseExpired *prometheus.CounterVec
+	givenBack    *prometheus.CounterVec
 	dead         *prometheus.CounterVec
 	corrupt      prometheus.Counter
 	pending      prometheus.Gauge
@@ -36,7 +37,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		acks: counter("acks_total",
 			"Consumer replies applied, by outcome (ack, nak, term, in_progress, no_responders, stale).", "biz_type", "outcome"),
 		leaseExpired: counter("lease_expired_total", "Attempts that got no reply within their ack wait.", "biz_type"),
-		dead:         counter("tasks_dead_total", "Tasks that went DEAD.", "biz_type"),
+		givenBack: counter("attempts_given_back_total",
+			"Claimed attempts whose fire could not go out within their lease, returned to WAITING uncounted.", "biz_type"),
+		dead: counter("tasks_dead_total", "Tasks that went DEAD.", "biz_type"),
 		corrupt: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "records_unreadable_total",
 			Help: "Task records that could not be decoded."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "ax", Name: "tasks_indexed",
@@ -45,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		loop: newLoopMetrics(),
 	}
 	if reg != nil {
-		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.dead, m.corrupt, m.pending)
+		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.givenBack, m.dead, m.corrupt, m.pending)
 		reg.MustRegister(m.loop.collectors()...)
 	}
 	m.intake = newIntakeMetrics(reg)

@@ -116,6 +116,15 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: addMs(nowMs, retryStoreAfter)})
 		return
 	}
+	if e.Task.Owner == b.cfg.ReplicaID && b.out.has(j.id, e.Task.Claim) {
+		// This replica's claim has not even been answered: nobody published the attempt, so it
+		// is given back, not counted.
+		if next, err := kvstore.Unclaim(e.Task, e.Task.Claim, nowMs); err == nil {
+			b.m.givenBack.WithLabelValues(e.Task.BizType).Inc()
+			b.commit(ctx, j, e, &next)
+		}
+		return
+	}
 	next, err := kvstore.LeaseExpired(e.Task, nowMs)
 	if err != nil {
 		return

@@ -135,6 +135,19 @@ func LeaseExpired(t Task, now int64) (Task, error) {
 	return retry(t, now, -1, reasonExpired), nil
 }
 
+// Unclaim gives back an attempt whose fire never went out: RUNNING under claim → WAITING at its
+// due time, the attempt not counted (Attempt one less), lease, owner and claim cleared. The next
+// claim is a later revision, so its token differs from the one given back.
+func Unclaim(t Task, claim uint64, now int64) (Task, error) {
+	if err := checkClaim("unclaim", t, claim); err != nil {
+		return t, err
+	}
+	t = endLease(t, now)
+	t.Status = StatusWaiting
+	t.Attempt = max(0, t.Attempt-1)
+	return t, nil
+}
+
 // Cancel drops a task that has not started: WAITING → CANCELLED, FinishedAt = now.
 func Cancel(t Task, now int64) (Task, error) {
 	if t.Status != StatusWaiting {

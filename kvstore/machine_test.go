@@ -71,6 +71,7 @@ var machineOps = []struct {
 	{"term", kvstore.StatusRunning, true, func(t kvstore.Task) (kvstore.Task, error) { return kvstore.Term(t, mClaim, mNow, "") }},
 	{"in progress", kvstore.StatusRunning, true, func(t kvstore.Task) (kvstore.Task, error) { return kvstore.InProgress(t, mClaim, mNow) }},
 	{"lease expiry", kvstore.StatusRunning, false, func(t kvstore.Task) (kvstore.Task, error) { return kvstore.LeaseExpired(t, t.LeaseUntil) }},
+	{"unclaim", kvstore.StatusRunning, true, func(t kvstore.Task) (kvstore.Task, error) { return kvstore.Unclaim(t, mClaim, mNow) }},
 	{"cancel", kvstore.StatusWaiting, false, func(t kvstore.Task) (kvstore.Task, error) { return kvstore.Cancel(t, mNow) }},
 	{"requeue", kvstore.StatusDead, false, func(t kvstore.Task) (kvstore.Task, error) { return kvstore.Requeue(t, mNow, mNow+1000) }},
 	{"reschedule", kvstore.StatusWaiting, false, func(t kvstore.Task) (kvstore.Task, error) { return kvstore.Reschedule(t, mNow, mNow+1000) }},
@@ -717,4 +718,23 @@ func Example_taskLife() {
 	// claim          RUNNING  attempt=2 due=+10200ms lease=+40200ms last_error="nak" err=<nil>
 	// late ack       RUNNING  attempt=2 due=+10200ms lease=+40200ms last_error="nak" err=kvstore: stale attempt: ack of task "order-42" claim 1: the task is RUNNING under claim 3 (attempt 2)
 	// ack            SUCCESS  attempt=2 due=+10200ms lease=+0ms last_error="nak" err=<nil>
+}
+
+// Unclaim gives an attempt back uncounted: WAITING at its due time, one attempt less, no lease,
+// owner or claim; a stale token is refused and changes nothing.
+func TestMachineUnclaim(t *testing.T) {
+	t.Parallel()
+	in := machineTask(kvstore.StatusRunning, 2)
+	got, err := kvstore.Unclaim(in, mClaim, mNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := in
+	want.Status, want.Attempt, want.LeaseUntil, want.Owner, want.Claim, want.UpdatedAt = kvstore.StatusWaiting, 1, 0, "", 0, mNow
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("unclaim\n got: %+v\nwant: %+v", got, want)
+	}
+	if got, err := kvstore.Unclaim(in, mClaim+1, mNow); !errors.Is(err, kvstore.ErrStaleAttempt) || !reflect.DeepEqual(got, in) {
+		t.Errorf("unclaim with another token: %v, %+v", err, got)
+	}
 }
