@@ -50,15 +50,9 @@ type rigOptions struct {
 	extraArg []string // more bridge flags
 }
 
-// heavy lets one subprocess-cluster test (chaos, node loss, failover) run at a time: each runs
-// three nats-servers and three bridges, and on two cores together they would starve each other
-// (and the rest of the suite) into lease expiries no fault caused.
-var heavy = make(chan struct{}, 1)
 
 func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
 	t.Helper()
-	heavy <- struct{}{}
-	t.Cleanup(func() { <-heavy })
 	bin := buildBridge(t)
 	c := startProcCluster(t, 3, true)
 	r := &chaosRig{t: t, cluster: c, seed: o.seed, leaseSkew: time.Second, faults: &faultLog{t: t}}
@@ -94,6 +88,7 @@ func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
 	r.pub = newPublisher(t, c.URL())
 	r.waitInterest()
 	r.faults.origin = time.Now()
+	t.Logf("the fault log's +0 is %s (the bridges' logs are in UTC)", r.faults.origin.UTC().Format(time.RFC3339Nano))
 	return r
 }
 
