@@ -19,10 +19,10 @@ import (
 // partition moved to another live replica meanwhile: it won its CAS, and the new owner waits for
 // its lease. A replica fenced at the due time fires none of the claims it holds (the loop takes
 // no step while it is); once its heartbeats are confirmed again it fires a held claim if the
-// attempt's lease still runs, else the lease ends as after a crash. (A claim whose completion
-// lands after the due time is published from the completion, as without claim ahead.) Likewise while the connection to NATS is down: a
-// held fire is not put in the reconnect buffer, from which it could reach the consumer after the
-// next attempt.
+// attempt's lease still runs, else gives the attempt back uncounted (publishFire). (A claim whose
+// completion lands after the due time is published from the completion, as without claim ahead.)
+// Likewise while the connection to NATS is down: a held fire is not put in the reconnect buffer,
+// from which it could reach the consumer after the next attempt.
 
 const (
 	defaultClaimAhead = 100 * time.Millisecond
@@ -157,7 +157,7 @@ func (l *loopState) publishDue() {
 		if !l.b.nc.IsConnected() && l.now.ms < t.LeaseUntil {
 			// Published now, the fire would wait in the reconnect buffer and could reach the
 			// consumer after the next attempt; held, it goes out after the reconnect if its
-			// lease still runs then, else the lease ends as after a crash.
+			// lease still runs then, else its attempt is given back uncounted.
 			l.held[n.id] = e
 			l.idx.put(n.id, addMs(l.now.ms, heldRetry), e.Revision, jobPublish)
 			continue
