@@ -16,8 +16,10 @@ import (
 // It also bounds the goroutines that settle pipelined writes whose completion failed (a claim or
 // an ack that must be read back): at most settleLimit run their store calls at once.
 type inflight struct {
-	mu sync.Mutex
-	m  map[string]kvstore.Entry
+	mu    sync.Mutex
+	m     map[string]kvstore.Entry
+	bytes int // what the payload-holding entries of m cost (recordBytes)
+	max   int // bound of bytes: past it, an entry keeps only what putOnce needs (review N6)
 
 	settle chan struct{} // a token per running settle; acquire sends, release receives
 
@@ -27,14 +29,41 @@ type inflight struct {
 // settleLimit bounds the settling goroutines that make store calls at the same time.
 const settleLimit = 64
 
+// maxFiredBytes bounds what the cached records hold (payloads and headers), as the pre-read
+// cache's bound does: past it, an attempt's ack reads its record instead.
+const maxFiredBytes = 64 << 20
+
 func newInflight() *inflight {
-	return &inflight{m: make(map[string]kvstore.Entry), settle: make(chan struct{}, settleLimit)}
+	return &inflight{m: make(map[string]kvstore.Entry), max: maxFiredBytes, settle: make(chan struct{}, settleLimit)}
 }
 
 func (f *inflight) put(e kvstore.Entry) {
 	f.mu.Lock()
-	f.m[e.Task.ID] = e
+	f.set(e)
 	f.mu.Unlock()
+}
+
+// set stores e (f.mu held): whole while the bound leaves room, else a stub with the revision and
+// claim only, which take does not hand out.
+func (f *inflight) set(e kvstore.Entry) {
+	f.remove(e.Task.ID)
+	if n := recordBytes(&e.Task); f.bytes+n <= f.max {
+		f.bytes += n
+	} else {
+		e = kvstore.Entry{Revision: e.Revision, Partial: true,
+			Task: kvstore.Task{ID: e.Task.ID, Status: e.Task.Status, Claim: e.Task.Claim}}
+	}
+	f.m[e.Task.ID] = e
+}
+
+// remove forgets id (f.mu held).
+func (f *inflight) remove(id string) {
+	if e, ok := f.m[id]; ok {
+		if !e.Partial {
+			f.bytes -= recordBytes(&e.Task)
+		}
+		delete(f.m, id)
+	}
 }
 
 // putOnce is put, unless the same attempt (revision and claim token) is held already: false then,
@@ -45,11 +74,12 @@ func (f *inflight) putOnce(e kvstore.Entry) bool {
 	if old, ok := f.m[e.Task.ID]; ok && old.Revision == e.Revision && old.Task.Claim == e.Task.Claim {
 		return false
 	}
-	f.m[e.Task.ID] = e
+	f.set(e)
 	return true
 }
 
-// take removes and returns the cached record of id if it runs under the claim token.
+// take removes and returns the cached record of id if it runs under the claim token and was kept
+// whole.
 func (f *inflight) take(id string, token uint64) (kvstore.Entry, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -57,15 +87,15 @@ func (f *inflight) take(id string, token uint64) (kvstore.Entry, bool) {
 	if !ok || e.Task.Claim != token {
 		return kvstore.Entry{}, false
 	}
-	delete(f.m, id)
-	return e, true
+	f.remove(id)
+	return e, !e.Partial
 }
 
 // drop forgets id unless the cached record is newer than rev.
 func (f *inflight) drop(id string, rev uint64) {
 	f.mu.Lock()
 	if e, ok := f.m[id]; ok && e.Revision <= rev {
-		delete(f.m, id)
+		f.remove(id)
 	}
 	f.mu.Unlock()
 }
@@ -118,7 +148,7 @@ func (f *inflight) dropIf(drop func(id string) bool) {
 	f.mu.Lock()
 	for id := range f.m {
 		if drop(id) {
-			delete(f.m, id)
+			f.remove(id)
 		}
 	}
 	f.mu.Unlock()
