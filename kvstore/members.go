@@ -35,6 +35,9 @@ type MembersConfig struct {
 	Replicas int
 	// Timeout bounds each call whose context has no deadline (default 5s).
 	Timeout time.Duration
+	// MarkerTTL is how long the marker of a replica's leave stays (default 1m, as the markers the
+	// server leaves when a heartbeat expires); then it goes, so that ids used once do not pile up.
+	MarkerTTL time.Duration
 }
 
 // MemberEvent is one change of the membership: a replica's heartbeat (At is the server's time of
@@ -55,6 +58,7 @@ func OpenMembers(ctx context.Context, js jetstream.JetStream, cfg MembersConfig)
 	cfg.Bucket = cmp.Or(cfg.Bucket, DefaultBucket+"_MEMBERS")
 	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.MarkerTTL = cmp.Or(cfg.MarkerTTL, membersMarkerTTL)
 	kv, err := openMembersBucket(ctx, js, cfg)
 	if err != nil {
 		return nil, err
@@ -75,7 +79,7 @@ func openMembersBucket(ctx context.Context, js jetstream.JetStream, cfg MembersC
 			Replicas:    cfg.Replicas,
 			// Per-message TTLs (heartbeats expire on the server once they stop), and the marker the
 			// server leaves when one runs out, which watchers see as a delete.
-			LimitMarkerTTL: time.Minute,
+			LimitMarkerTTL: membersMarkerTTL,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, cfg.Bucket)
@@ -117,11 +121,16 @@ func (m *Members) Heartbeat(ctx context.Context, replica string, ttl time.Durati
 	return nil
 }
 
-// Leave deletes replica's key, so that the others see it gone at once.
+// membersMarkerTTL is how long a marker stays in the members bucket: a leave's, and the one the
+// server leaves when a heartbeat expires.
+const membersMarkerTTL = time.Minute
+
+// Leave purges replica's key, so that the others see it gone at once; the purge's marker expires
+// after MarkerTTL (review N13: a plain delete's marker stayed for good, one per id ever used).
 func (m *Members) Leave(ctx context.Context, replica string) error {
 	ctx, cancel := withTimeout(ctx, m.timeout)
 	defer cancel()
-	if err := m.kv.Delete(ctx, memberKeyPrefix+replica); err != nil {
+	if err := m.kv.Purge(ctx, memberKeyPrefix+replica, jetstream.PurgeTTL(m.cfg.MarkerTTL)); err != nil {
 		return fmt.Errorf("kvstore: leave %s: %w", replica, mapError(err))
 	}
 	return nil

@@ -134,3 +134,57 @@ func TestMembersHeartbeatExpires(t *testing.T) {
 		}
 	}
 }
+
+// A replica's leave is seen as a delete at once, and its marker expires after MarkerTTL (review
+// N13): the members bucket keeps nothing of an id that left.
+func TestMembersLeaveMarkerExpires(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := kvstore.MembersConfig{Bucket: "LEAVE_MEMBERS", MarkerTTL: time.Second}
+	m, err := kvstore.OpenMembers(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := m.WatchMembers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Heartbeat(ctx, "left", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Leave(ctx, "left"); err != nil {
+		t.Fatal(err)
+	}
+	for deleted := false; !deleted; {
+		select {
+		case ev := <-events:
+			deleted = ev.ID == "left" && ev.Deleted
+		case <-ctx.Done():
+			t.Fatal("the leave was not seen as a delete")
+		}
+	}
+	stream, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 0 {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // poll interval of a bounded poll
+		case <-ctx.Done():
+			t.Fatalf("the members bucket still holds %d messages after the leave's marker TTL", info.State.Msgs)
+		}
+	}
+}
