@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -53,12 +54,28 @@ func parseAckBody(data []byte) ackBody {
 		}
 		return b
 	case bytes.HasPrefix(data, []byte("+TERM")):
-		return ackBody{kind: ackTerm, reason: string(bytes.TrimSpace(data[5:]))}
+		return ackBody{kind: ackTerm, reason: truncateReason(bytes.TrimSpace(data[5:]))}
 	case bytes.HasPrefix(data, []byte("+WPI")):
 		return ackBody{kind: ackProgress}
 	default:
 		return ackBody{kind: ackOK}
 	}
+}
+
+// maxReason bounds a +TERM reason kept in the record's last_error (review N12): a longer one could
+// make the DEAD record too large to store, and the term would never be applied.
+const maxReason = 1024
+
+// truncateReason is r as text, cut to maxReason bytes at a UTF-8 boundary, with "…" if cut.
+func truncateReason(r []byte) string {
+	if len(r) <= maxReason {
+		return string(r)
+	}
+	cut := maxReason - len("…")
+	for cut > 0 && !utf8.RuneStart(r[cut]) {
+		cut--
+	}
+	return string(r[:cut]) + "…"
 }
 
 // Pending limits of the ack subscriptions: beyond them the client drops acks (counted in

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestSubjectsMatchSpec checks that every subject, header and error code the bridge uses is
@@ -147,5 +148,10 @@ func TestParseAckBody(t *testing.T) {
 		if got := parseAckBody([]byte(body)); got != want {
 			t.Errorf("parseAckBody(%q) = %+v, want %+v", body, got, want)
 		}
+	}
+	// A reason is cut to 1 KiB at a UTF-8 boundary (review N12).
+	long := parseAckBody([]byte("+TERM " + strings.Repeat("é", 900_000)))
+	if len(long.reason) > maxReason || !utf8.ValidString(long.reason) || !strings.HasSuffix(long.reason, "…") {
+		t.Errorf("a 1.8 MB reason became %d bytes (valid UTF-8 %v)", len(long.reason), utf8.ValidString(long.reason))
 	}
 }
