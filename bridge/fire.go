@@ -117,7 +117,8 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken 
 func (b *Bridge) publishFire(e kvstore.Entry) bool {
 	t := &e.Task
 	p := kvstore.Partition(t.ID, b.nparts)
-	if nowMs := b.cfg.Now().UnixMilli(); nowMs >= t.LeaseUntil {
+	nowMs := b.cfg.Now().UnixMilli()
+	if nowMs >= t.LeaseUntil {
 		b.m.members.fencedFires.Inc()
 		b.log.Warn("claimed but not fired: the attempt's lease ended before its fire could go out",
 			"task_id", t.ID, "partition", p, "attempt", t.Attempt, "late_ms", nowMs-t.LeaseUntil)
@@ -132,6 +133,7 @@ func (b *Bridge) publishFire(e kvstore.Entry) bool {
 	}
 	h := fireHeader(t)
 	h[HeaderReplica] = []string{b.cfg.ReplicaID}
+	h[HeaderFiredAt] = []string{time.UnixMilli(nowMs).UTC().Format(DueAtLayout)} // when the lease was checked
 	msg := &nats.Msg{
 		Subject: b.cfg.subj.fire + t.BizType,
 		Reply:   b.cfg.subj.ackSubject(t.BizType, p, t.Claim, t.ID),

@@ -38,6 +38,7 @@ const (
 	HeaderSubject   = "Ax-Subject"
 	HeaderStatus    = "Ax-Status"
 	HeaderReplica   = "Ax-Replica"
+	HeaderFiredAt   = "Ax-Fired-At"
 	// HeaderAck is on the bridge's answer to a sync ack: AckApplied or AckStale.
 	HeaderAck = "Ax-Ack"
 

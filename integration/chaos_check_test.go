@@ -81,25 +81,32 @@ func (l *faultLog) explain(replica string, strict bool, first, again time.Time) 
 	return "", false
 }
 
-// explainLate names the fault that explains an older attempt of replica's, fired at first,
-// reaching the consumers after a newer attempt fired at again was acked: only a fire that waited in
-// the client's reconnect buffer does that (subjects.md, "Firing"), so only the firing replica's cut
-// or a NATS node's loss (its connection may have been to that node) in effect between the two
-// fires. A replica paused (SIGSTOP) or killed past its lease is fenced: one that fires an old
-// attempt after the new owner fired the next one has kept firing after it lost its partition.
-func (l *faultLog) explainLate(replica string, first, again time.Time) (string, bool) {
+// explainLate names the fault that explains an older attempt of replica's, decided at firedAt
+// (Ax-Fired-At), reaching the consumers between first and again, after a newer attempt was acked:
+// only a fire that waited on its way does that. It waits in the client's reconnect buffer
+// (subjects.md, "Firing") across the firing replica's cut or a NATS node's loss (its connection
+// may have been to that node), and in the process across its pause (SIGSTOP) if it was decided
+// before the pause. A fire decided after a pause longer than its lease, or by a process restarted
+// after a kill, came from a replica that kept firing after it lost its partition: unexplained.
+func (l *faultLog) explainLate(replica string, firedAt, first, again time.Time) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, f := range l.faults {
 		if f.start.After(again) || f.settled.Before(first.Add(-time.Second)) {
 			continue
 		}
-		if f.kind == "nats-kill9" || (f.kind == "cut" && f.target == replica) {
+		switch {
+		case f.kind == "nats-kill9", f.kind == "cut" && f.target == replica:
 			return f.kind + " " + f.target, true
+		case f.kind == "stop" && f.target == replica && !firedAt.IsZero() && firedAt.Before(f.start.Add(pauseLanding)):
+			return f.kind + " " + f.target + " (decided before it)", true
 		}
 	}
 	return "", false
 }
+
+// pauseLanding is how long after the test sends SIGSTOP the process may still have run.
+const pauseLanding = 100 * time.Millisecond
 
 // report is what a run's checks found.
 type report struct {
@@ -162,9 +169,9 @@ func checkFires(t testing.TB, ids map[string]bool, o *observers, c *consumers, f
 					// bridge's reconnect buffer (subjects.md, "Firing"). Its ack is ignored; it
 					// must follow a cut or a NATS node's loss, not a fenced replica's pause.
 					r.lateOlder++
-					if _, ok := faults.explainLate(f.replica, e.at, f.at); !ok {
-						t.Errorf("task %s: attempt %d (replica %s) arrived at +%s, after attempt %d (replica %s, at +%s) was acked, and no cut or NATS node loss explains it: a fenced replica fired after the new owner",
-							id, f.attempt, f.replica, faults.rel(f.at), e.attempt, e.replica, faults.rel(e.at))
+					if _, ok := faults.explainLate(f.replica, f.firedAt, e.at, f.at); !ok {
+						t.Errorf("task %s: attempt %d (replica %s, decided at +%s) arrived at +%s, after attempt %d (replica %s, at +%s) was acked, and no cut, NATS node loss or pause it was decided before explains it: a fenced replica fired after the new owner",
+							id, f.attempt, f.replica, faults.rel(f.firedAt), faults.rel(f.at), e.attempt, e.replica, faults.rel(e.at))
 					}
 					continue
 				case f.attempt == e.attempt:

@@ -46,7 +46,8 @@ type fireSeen struct {
 	due     time.Time
 	at      time.Time // earliest receive time over the observers
 	replica string
-	strict  bool // the replica came from Ax-Replica, not from the reply subject
+	firedAt time.Time // Ax-Fired-At: when the firing replica decided to send it (zero if absent)
+	strict  bool      // the replica came from Ax-Replica, not from the reply subject
 	copies  int  // most copies any one observer received
 }
 
@@ -101,6 +102,7 @@ func (o *observers) add(i int, m *nats.Msg, at time.Time) {
 	s := o.seen[k]
 	if s == nil {
 		s = &fireSeen{fireKey: k, due: due, at: at, replica: tok[3]}
+		s.firedAt, _ = time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderFiredAt))
 		if r := m.Header.Get(headerReplica); r != "" {
 			s.replica, s.strict = r, true
 		}
