@@ -48,7 +48,7 @@ type fireSeen struct {
 	replica string
 	firedAt time.Time // Ax-Fired-At: when the firing replica decided to send it (zero if absent)
 	strict  bool      // the replica came from Ax-Replica, not from the reply subject
-	copies  int  // most copies any one observer received
+	copies  int       // most copies any one observer received
 }
 
 // observers are plain subscribers on ax.fire.>, one connection per NATS node, so that a node

@@ -50,7 +50,6 @@ type rigOptions struct {
 	extraArg []string // more bridge flags
 }
 
-
 func newChaosRig(t *testing.T, o rigOptions) *chaosRig {
 	t.Helper()
 	bin := buildBridge(t)
