@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -133,58 +132,7 @@ type ackOp struct {
 	addr    ackAddr
 	body    ackBody
 	reason  string // for a nak: what LastError records
-	release func() // ends its hold on the attempt's lease (acksInHand); idempotent
-}
-
-// acksInHand are the replies received and not yet written or found stale, by task id and token:
-// an attempt whose consumer answered within its lease is not expired while its answer is being
-// written (the store slow or in an election), since the answer, not the lease, decides.
-type acksInHand struct {
-	mu sync.Mutex
-	m  map[string]ackHeld
-}
-
-type ackHeld struct {
-	token uint64
-	n     int   // replies of that attempt in hand
-	at    int64 // when the first arrived, UTC Unix ms
-}
-
-// hold notes a reply to attempt token of id received at; the func it returns ends the hold.
-func (h *acksInHand) hold(id string, token uint64, at int64) func() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = make(map[string]ackHeld)
-	}
-	if cur, ok := h.m[id]; ok && cur.token == token {
-		cur.n++
-		h.m[id] = cur
-	} else {
-		h.m[id] = ackHeld{token: token, n: 1, at: at} // a newer attempt's reply replaces an older one's
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if cur, ok := h.m[id]; ok && cur.token == token {
-				if cur.n--; cur.n == 0 {
-					delete(h.m, id)
-				} else {
-					h.m[id] = cur
-				}
-			}
-		})
-	}
-}
-
-// holds reports whether a reply to attempt token of id, received before leaseUntil, is in hand.
-func (h *acksInHand) holds(id string, token uint64, leaseUntil int64) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	cur, ok := h.m[id]
-	return ok && cur.token == token && cur.at <= leaseUntil
+	release func() // ends its hold on the attempt's lease (Bridge.hand); idempotent
 }
 
 // errOtherBizType: a reply on the ack subject of another bizType than the task's, which NATS

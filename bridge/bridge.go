@@ -41,9 +41,9 @@ type Bridge struct {
 	store Store
 	log   *slog.Logger
 	m     *metrics
-	fired *inflight  // records this replica claimed, for a read-free ack
-	hand  acksInHand // acks received and not yet written: the lease waits for them
-	out   claimsOut  // claims written and not yet answered: their attempts were not published
+	fired *inflight    // records this replica claimed, for a read-free ack
+	hand  attemptHolds // acks received and not yet written or found stale: the lease waits for them
+	out   attemptHolds // claims written and not yet answered: nobody published their attempts
 
 	// mu guards the lifecycle state; it is never held across a network call.
 	mu          sync.Mutex

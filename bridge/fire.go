@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,7 +21,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 		// The partition moved since the claim: the claim may have landed all the same, and then
 		// its attempt is this replica's to publish (the new owner waits for its lease). Read it
 		// back, publish it if so, and claim nothing (review N2).
-		if e, ok := b.load(ctx, j); ok && e.Task.Status == kvstore.StatusRunning && e.Task.Owner == b.cfg.ReplicaID && e.Task.Claim == j.rev {
+		if e, ok := b.load(ctx, j); ok && b.ownClaim(&e.Task, j.rev) {
 			b.log.Debug("claim landed after an unknown outcome; its partition moved since", "task_id", j.id, "attempt", e.Task.Attempt)
 			b.fireClaimed(e)
 		}
@@ -41,7 +40,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	}
 	t := &e.Task
 	switch {
-	case j.unsure && t.Status == kvstore.StatusRunning && t.Owner == b.cfg.ReplicaID && t.Claim == j.rev:
+	case j.unsure && b.ownClaim(t, j.rev):
 		b.log.Debug("claim landed after an unknown outcome", "task_id", t.ID, "attempt", t.Attempt)
 		b.fireClaimed(e)
 		return
@@ -70,6 +69,11 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	b.claim(ctx, e, unsure, j.taken)
 }
 
+// ownClaim reports whether t runs under this replica's claim of revision rev.
+func (b *Bridge) ownClaim(t *kvstore.Task, rev uint64) bool {
+	return t.Status == kvstore.StatusRunning && t.Owner == b.cfg.ReplicaID && t.Claim == rev
+}
+
 // claim writes the claim of e, a WAITING record, by CAS on its revision, which becomes the claim's
 // fencing token. The write is pipelined: the worker moves on, and the fire is published from the
 // write's completion. Stop waits for these through b.claims. A claim whose outcome is unknown (a
@@ -85,10 +89,10 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken 
 		return
 	}
 	b.claims.Add(1)
-	b.out.add(e.Task.ID, e.Revision)
+	answered := b.out.hold(e.Task.ID, e.Revision, 0)
 	b.store.UpdateAsync(ctx, &claimed, e.Revision, func(rev uint64, err error) {
 		defer b.claims.Done()
-		b.out.remove(e.Task.ID, e.Revision)
+		answered()
 		switch {
 		case err == nil:
 			if !taken.IsZero() {
@@ -147,37 +151,6 @@ func (b *Bridge) publishFire(e kvstore.Entry) bool {
 	b.m.fired.WithLabelValues(t.BizType).Inc()
 	b.m.lateness.WithLabelValues(t.BizType).Observe(b.cfg.Now().Sub(time.UnixMilli(t.DueAt)).Seconds())
 	return true
-}
-
-// claimsOut are the claims this process has written and not yet heard the answer of, by task id
-// and token: an attempt whose claim is among them has not been published by anyone.
-type claimsOut struct {
-	mu sync.Mutex
-	m  map[string]uint64
-}
-
-func (c *claimsOut) add(id string, token uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[string]uint64)
-	}
-	c.m[id] = token
-}
-
-func (c *claimsOut) remove(id string, token uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m[id] == token {
-		delete(c.m, id)
-	}
-}
-
-func (c *claimsOut) has(id string, token uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tok, ok := c.m[id]
-	return ok && tok == token
 }
 
 // giveBack returns an attempt that no consumer received to WAITING, uncounted, by CAS on its

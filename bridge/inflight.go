@@ -153,3 +153,54 @@ func (f *inflight) dropIf(drop func(id string) bool) {
 	}
 	f.mu.Unlock()
 }
+
+// attemptHolds notes, by task id and attempt token, the attempts that something this process began
+// holds (a reply being written, a claim not yet answered), and since when.
+type attemptHolds struct {
+	mu sync.Mutex
+	m  map[string]attemptHeld
+}
+
+type attemptHeld struct {
+	token uint64
+	n     int   // holds of that attempt
+	at    int64 // when the first began, UTC Unix ms
+}
+
+// hold notes a hold on attempt token of id, begun at; the func it returns ends it (idempotent).
+// A hold on a newer attempt replaces those on an older one.
+func (h *attemptHolds) hold(id string, token uint64, at int64) func() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[string]attemptHeld)
+	}
+	if cur, ok := h.m[id]; ok && cur.token == token {
+		cur.n++
+		h.m[id] = cur
+	} else {
+		h.m[id] = attemptHeld{token: token, n: 1, at: at}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if cur, ok := h.m[id]; ok && cur.token == token {
+				if cur.n--; cur.n == 0 {
+					delete(h.m, id)
+				} else {
+					h.m[id] = cur
+				}
+			}
+		})
+	}
+}
+
+// holds reports whether attempt token of id has a hold begun at or before by.
+func (h *attemptHolds) holds(id string, token uint64, by int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cur, ok := h.m[id]
+	return ok && cur.token == token && cur.at <= by
+}

@@ -536,7 +536,7 @@ func (l *loopState) apply(ev kvstore.Event) {
 		t := &e.Task
 		if tok, ok := l.unsure[id]; ok && e.Revision > tok {
 			delete(l.unsure, id)
-			if t.Status == kvstore.StatusRunning && t.Owner == l.b.cfg.ReplicaID && t.Claim == tok {
+			if l.b.ownClaim(t, tok) {
 				// The claim whose outcome was unknown landed: publish its attempt now. A partial
 				// entry (no payload) cannot be published: the worker reads the record back.
 				j := job{kind: jobFire, id: id, rev: tok, due: t.DueAt, unsure: true}

@@ -88,7 +88,8 @@ func (l *loopState) isUnsure(id string, rev uint64) bool {
 	return ok && tok == rev
 }
 
-// keepJobs keeps the jobs of owned partitions, and the read-backs of unsure claims (a pre-read job keeps its owned ids).
+// keepJobs keeps the jobs of owned partitions, and the read-backs of unsure claims wherever they
+// are (a pre-read job keeps its owned ids).
 func (l *loopState) keepJobs(js []job) []job {
 	out := js[:0]
 	for _, j := range js {

@@ -14,12 +14,11 @@ import (
 // any of them ends, the set ends (Events closes) and the loop starts one watch of all it owns.
 type watchSet struct {
 	out  chan kvstore.Event
-	done chan struct{} // closed when one watch ended or Stop was called
 	once sync.Once
 	fwd  sync.WaitGroup // the forwarding goroutines
 
 	mu      sync.Mutex
-	ended   bool
+	done    chan struct{} // closed (under mu) when one watch ended or Stop was called
 	watches []kvstore.Watcher
 	cancels []context.CancelFunc // of the contexts the watches live under (nil for none)
 	loading map[int]int          // partitions whose initial values have not all been handed on: how many watches load them
@@ -69,7 +68,7 @@ func (s *watchSet) loaded(parts []int) {
 // stops w, if the set has ended.
 func (s *watchSet) add(w kvstore.Watcher, cancel context.CancelFunc, parts []int) bool {
 	s.mu.Lock()
-	if s.ended {
+	if s.ended() {
 		s.mu.Unlock()
 		_ = w.Stop()
 		if cancel != nil {
@@ -99,13 +98,23 @@ func (s *watchSet) add(w kvstore.Watcher, cancel context.CancelFunc, parts []int
 	return true
 }
 
+// end ends the set; under mu, so that add never starts a forwarder once the set is closing.
 func (s *watchSet) end() {
 	s.once.Do(func() {
 		s.mu.Lock()
-		s.ended = true
-		s.mu.Unlock()
 		close(s.done)
+		s.mu.Unlock()
 	})
+}
+
+// ended reports whether the set has ended (s.mu held).
+func (s *watchSet) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // size is how many watches the set holds.

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/axbridge/axbridge/kvstore"
@@ -116,12 +117,11 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: addMs(nowMs, retryStoreAfter)})
 		return
 	}
-	if e.Task.Owner == b.cfg.ReplicaID && b.out.has(j.id, e.Task.Claim) {
+	if e.Task.Owner == b.cfg.ReplicaID && b.out.holds(j.id, e.Task.Claim, math.MaxInt64) {
 		// This replica's claim has not even been answered: nobody published the attempt, so it
 		// is given back, not counted.
-		if next, err := kvstore.Unclaim(e.Task, e.Task.Claim, nowMs); err == nil {
+		if next, err := kvstore.Unclaim(e.Task, e.Task.Claim, nowMs); err == nil && b.commit(ctx, j, e, &next) {
 			b.m.givenBack.WithLabelValues(e.Task.BizType).Inc()
-			b.commit(ctx, j, e, &next)
 		}
 		return
 	}
@@ -133,16 +133,18 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 	b.commit(ctx, j, e, &next)
 }
 
-// commit writes a transition computed from e; a lost race is fine (the watch brings the winner).
-func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvstore.Task) {
+// commit writes a transition computed from e and reports whether it landed; a lost race is fine
+// (the watch brings the winner).
+func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvstore.Task) bool {
 	if _, err := b.store.Update(ctx, next, e.Revision); err != nil {
 		if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
 			b.retryLater(job{kind: j.kind, id: j.id, rev: e.Revision}, "update", err)
 		}
-		return
+		return false
 	}
 	b.outage.ok()
 	if next.Status == kvstore.StatusDead {
 		b.dead(next)
 	}
+	return true
 }

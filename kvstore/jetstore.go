@@ -272,9 +272,6 @@ func allowTTLs(ctx context.Context, js jetstream.JetStream, st jetstream.KeyValu
 	return stream.CachedInfo().Config, nil
 }
 
-// apiPrefix is the JetStream API prefix js sends its requests under, derived as nats.go does
-// (which keeps it private): "$JS.<domain>.API." with a domain, else APIPrefix ending in a dot,
-// else "$JS.API.".
 // withAnswerTimeout is a JetStream context on js's connection and API (domain or prefix) whose
 // async publishes are forgotten after d without an answer.
 func withAnswerTimeout(js jetstream.JetStream, d time.Duration) (jetstream.JetStream, error) {
@@ -297,6 +294,9 @@ func withAnswerTimeout(js jetstream.JetStream, d time.Duration) (jetstream.JetSt
 	return pub, nil
 }
 
+// apiPrefix is the JetStream API prefix js sends its requests under, derived as nats.go does
+// (which keeps it private): "$JS.<domain>.API." with a domain, else APIPrefix ending in a dot,
+// else "$JS.API.".
 func apiPrefix(o jetstream.JetStreamOptions) string {
 	switch {
 	case o.Domain != "":
