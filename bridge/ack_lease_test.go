@@ -51,12 +51,7 @@ func TestAckInHandOutlastsTheLease(t *testing.T) {
 	var sa *slowAcks
 	fe := newFaultEnvWith(t, func(s *faultstore.Store) bridge.Store { sa = &slowAcks{Store: s}; return sa })
 	fires := fe.fires("hand")
-	now := time.Now().UnixMilli()
-	if _, err := fe.mem.Create(context.Background(), &kvstore.Task{ID: "h", BizType: "hand", Payload: []byte("p"),
-		Status: kvstore.StatusWaiting, DueAt: now, MaxRetry: 3, AckWait: time.Second, Backoff: []time.Duration{0},
-		CreatedAt: now, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	fe.dueWith("h", "hand", 3, time.Second, []time.Duration{0})
 	sa.blocked.Store(true)
 	m := next(t, fires)
 	if err := m.Respond([]byte("+ACK")); err != nil { // within the 1 s lease
@@ -115,12 +110,7 @@ func TestAttemptNotFiredIsGivenBack(t *testing.T) {
 	sc := &slowClaim{id: "g", delay: 1500 * time.Millisecond}
 	fe := newFaultEnvWith(t, func(s *faultstore.Store) bridge.Store { sc.Store = s; return sc })
 	fires := fe.fires("give")
-	now := time.Now().UnixMilli()
-	if _, err := fe.mem.Create(context.Background(), &kvstore.Task{ID: "g", BizType: "give", Payload: []byte("p"),
-		Status: kvstore.StatusWaiting, DueAt: now, MaxRetry: 0, AckWait: time.Second, Backoff: []time.Duration{0},
-		CreatedAt: now, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	fe.dueWith("g", "give", 0, time.Second, []time.Duration{0})
 	var m *nats.Msg
 	select {
 	case m = <-fires:

@@ -112,12 +112,7 @@ func TestUnsureReadBackDoesNotRepublish(t *testing.T) {
 	}, bridge.Config{})
 	ls.mem = fe.mem
 	fires := fe.fires("late")
-	now := time.Now().UnixMilli()
-	if _, err := fe.mem.Create(context.Background(), &kvstore.Task{ID: "a", BizType: "late", Payload: []byte("p"),
-		Status: kvstore.StatusWaiting, DueAt: now, MaxRetry: 3, AckWait: time.Second, Backoff: []time.Duration{0},
-		CreatedAt: now, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	fe.dueWith("a", "late", 3, time.Second, []time.Duration{0})
 	m := next(t, fires)
 	firstAt := time.Now()
 	// The first claim's outcome was never known before its lease ended: its attempt was not

@@ -84,10 +84,16 @@ func (fe *faultEnv) fires(biz string) chan *nats.Msg {
 // that comes at all during the test did not wait for a lease to run out.
 func (fe *faultEnv) due(id, biz string) {
 	fe.t.Helper()
+	fe.dueWith(id, biz, 0, time.Hour, kvstore.DefaultBackoff())
+}
+
+// dueWith stores a WAITING task due now with that policy.
+func (fe *faultEnv) dueWith(id, biz string, maxRetry int, ackWait time.Duration, backoff []time.Duration) {
+	fe.t.Helper()
 	now := time.Now().UnixMilli()
 	task := &kvstore.Task{
 		ID: id, BizType: biz, Payload: []byte("p"), Status: kvstore.StatusWaiting, DueAt: now,
-		MaxRetry: 0, AckWait: time.Hour, Backoff: kvstore.DefaultBackoff(), CreatedAt: now, UpdatedAt: now,
+		MaxRetry: maxRetry, AckWait: ackWait, Backoff: backoff, CreatedAt: now, UpdatedAt: now,
 	}
 	if _, err := fe.mem.Create(context.Background(), task); err != nil {
 		fe.t.Fatal(err)

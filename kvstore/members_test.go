@@ -17,17 +17,8 @@ import (
 // heartbeat after the bucket was deleted creates it again.
 func TestMembers(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunServer(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel, js, m := openTestMembers(t, kvstore.MembersConfig{Bucket: "T_MEMBERS"})
 	defer cancel()
-	m, err := kvstore.OpenMembers(ctx, js, kvstore.MembersConfig{Bucket: "T_MEMBERS"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := m.Heartbeat(ctx, "r1", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -102,17 +93,8 @@ func TestMembers(t *testing.T) {
 // A heartbeat's key expires on the server after its TTL: watchers see it deleted.
 func TestMembersHeartbeatExpires(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunServer(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel, _, m := openTestMembers(t, kvstore.MembersConfig{})
 	defer cancel()
-	m, err := kvstore.OpenMembers(ctx, js, kvstore.MembersConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	events, err := m.WatchMembers(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -139,18 +121,9 @@ func TestMembersHeartbeatExpires(t *testing.T) {
 // N13): the members bucket keeps nothing of an id that left.
 func TestMembersLeaveMarkerExpires(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunServer(t)
-	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	cfg := kvstore.MembersConfig{Bucket: "LEAVE_MEMBERS", MarkerTTL: time.Second}
-	m, err := kvstore.OpenMembers(ctx, js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel, js, m := openTestMembers(t, cfg)
+	defer cancel()
 	events, err := m.WatchMembers(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -187,4 +160,21 @@ func TestMembersLeaveMarkerExpires(t *testing.T) {
 			t.Fatalf("the members bucket still holds %d messages after the leave's marker TTL", info.State.Msgs)
 		}
 	}
+}
+
+// openTestMembers opens the members bucket of cfg on a server of its own, with a context of 30 s.
+func openTestMembers(t *testing.T, cfg kvstore.MembersConfig) (context.Context, context.CancelFunc, jetstream.JetStream, *kvstore.Members) {
+	t.Helper()
+	srv := natstest.RunServer(t)
+	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	m, err := kvstore.OpenMembers(ctx, js, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return ctx, cancel, js, m
 }
