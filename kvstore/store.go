@@ -1,6 +1,10 @@
 package kvstore
 
-import "context"
+import (
+	"context"
+
+	"github.com/axbridge/axbridge/kvstore/record"
+)
 
 // Store is the method set both implementations offer (*JetStore on a JetStream KV bucket and
 // *MemStore in memory), with identical semantics; one conformance suite runs against both.
@@ -47,29 +51,19 @@ type Store interface {
 	Partitions() int
 }
 
-// EventKind says what a watch event carries.
-type EventKind uint8
-
-const (
-	// EventPut: a record was created or updated; Entry holds it (before EventInitDone perhaps
-	// without its payload, see Entry.Partial).
-	EventPut EventKind = iota + 1
-	// EventDelete: a record was deleted; only ID and Revision are set.
-	EventDelete
-	// EventInitDone: every record that existed when the watch started has been delivered.
-	EventInitDone
-	// EventError: a stored value could not be decoded (Err says why; ID and Revision are set).
-	EventError
+// The watch event types live in package record.
+type (
+	EventKind = record.EventKind
+	Event     = record.Event
 )
 
-// Event is one change seen by a Watcher.
-type Event struct {
-	Kind     EventKind
-	ID       string
-	Revision uint64
-	Entry    Entry // EventPut only
-	Err      error // EventError only (wraps ErrCorrupt or ErrUnknownVersion)
-}
+// The event kinds (record.EventKind).
+const (
+	EventPut      = record.EventPut
+	EventDelete   = record.EventDelete
+	EventInitDone = record.EventInitDone
+	EventError    = record.EventError
+)
 
 // Watcher is a running watch.
 type Watcher interface {

@@ -3,76 +3,27 @@ package kvstore
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/axbridge/axbridge/kvstore/record"
 )
 
-// Status is the lifecycle state of a task record.
-type Status string
+// The record types live in package record, which imports no NATS package.
+type (
+	Status = record.Status
+	Task   = record.Task
+	Entry  = record.Entry
+)
 
-// The task states. WAITING and RUNNING are live; SUCCESS, DEAD and CANCELLED are final
-// (a DEAD task can be requeued by an operator).
+// The task states (record.Status).
 const (
-	StatusWaiting   Status = "WAITING"
-	StatusRunning   Status = "RUNNING"
-	StatusSuccess   Status = "SUCCESS"
-	StatusDead      Status = "DEAD"
-	StatusCancelled Status = "CANCELLED"
+	StatusWaiting   = record.StatusWaiting
+	StatusRunning   = record.StatusRunning
+	StatusSuccess   = record.StatusSuccess
+	StatusDead      = record.StatusDead
+	StatusCancelled = record.StatusCancelled
 )
-
-// Final reports whether the status ends the task's life: a write of a final record carries the
-// retention as its TTL, and the server removes the record when it runs out.
-func (s Status) Final() bool {
-	return s == StatusSuccess || s == StatusDead || s == StatusCancelled
-}
-
-// Task is one delayed task: the unit stored under one key of the bucket.
-// Times are UTC Unix milliseconds; durations are whole milliseconds on the wire.
-type Task struct {
-	ID      string
-	BizType string
-	// Payload is the opaque body to publish at the due time.
-	Payload []byte
-	// Header holds the caller's own headers, passed through to the fire message. Keys and values
-	// are stored and read back byte for byte, whatever the bytes.
-	Header map[string][]string
-
-	Status     Status
-	DueAt      int64 // when the next attempt may fire (UTC Unix ms)
-	Attempt    int   // attempts started so far; the next fire carries Attempt+1
-	MaxRetry   int   // retries after the first attempt (MaxRetry+1 attempts in all)
-	AckWait    time.Duration
-	Backoff    []time.Duration // wait before retry n is Backoff[n-1]; the last entry repeats
-	LeaseUntil int64           // RUNNING only: when the current attempt's lease ends (UTC Unix ms)
-	Owner      string          // replica that holds the lease
-	CreatedAt  int64
-	UpdatedAt  int64
-	// FinishedAt is set when the task reaches a final status; retention counts from it.
-	FinishedAt int64
-	LastError  string
-	// Claim is the fencing token of the current attempt (RUNNING only): the revision of the
-	// WAITING record that the claim replaced. A stream sequence is never reused, so no two claims
-	// of a key, in any life of its id, share a token; an ack names it and is applied only while
-	// the record still carries it.
-	Claim uint64
-	// Fingerprint identifies what the client sent (bizType, payload, headers as received, the
-	// due-time headers excepted), so that a redelivered schedule message is recognised as a
-	// duplicate whatever defaults the bridge filled in. Empty in records written before it existed.
-	Fingerprint string
-}
-
-// Entry is a task as stored, with the revision a CAS update must name.
-type Entry struct {
-	Task     Task
-	Revision uint64
-	// Partial: only the record's state was loaded, not its payload (a JetStore watch's initial
-	// values, read from the records' headers). Task.Payload is empty and every other field is the
-	// record's, Header included. Such an entry may decide what to do with a task, but it must never
-	// be written back or published: read the record (Get, GetMany) for that.
-	Partial bool
-}
 
 // Errors returned by every Store implementation. Match them with errors.Is.
 var (
@@ -123,13 +74,8 @@ func ValidateID(id string) error {
 	return nil
 }
 
-// Partition returns the partition of a task id: FNV-1a 32 of the id modulo n. It is stable across
-// versions and processes; changing it would orphan every stored key.
-func Partition(id string, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return int(h.Sum32() % uint32(n))
-}
+// Partition returns the partition of a task id (record.Partition).
+func Partition(id string, n int) int { return record.Partition(id, n) }
 
 // Key returns the KV key of a task id in a bucket with n partitions: "p<partition>.<id>".
 func Key(id string, n int) string {
