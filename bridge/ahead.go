@@ -100,7 +100,7 @@ func (b *Bridge) fireClaimed(e kvstore.Entry) {
 		b.publishFire(e)
 		return
 	}
-	b.report(result{id: e.Task.ID, rev: e.Revision, kind: jobPublish, held: &e})
+	b.report(result{ID: e.Task.ID, Rev: e.Revision, Kind: jobPublish, Held: &e})
 }
 
 // hold takes a landed claim whose task is not due yet: the loop publishes it at its due time. It
@@ -193,7 +193,7 @@ func (l *loopState) drainHeld() {
 		timer.Reset(d)
 		select {
 		case r := <-l.b.results:
-			if r.held != nil {
+			if r.Held != nil {
 				l.now = l.b.read()
 				l.result(r)
 			}

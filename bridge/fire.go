@@ -17,21 +17,21 @@ import (
 // RUNNING under this replica with j.rev as its token), the attempt is published now, rather than
 // left unsent until its lease ends.
 func (b *Bridge) fire(ctx context.Context, j job) {
-	if j.unsure && !b.ownsTask(j.id) && b.alive() {
+	if j.Unsure && !b.ownsTask(j.ID) && b.alive() {
 		// The partition moved since the claim: the claim may have landed all the same, and then
 		// its attempt is this replica's to publish (the new owner waits for its lease). Read it
 		// back, publish it if so, and claim nothing (review N2).
-		if e, ok := b.load(ctx, j); ok && b.ownClaim(&e.Task, j.rev) {
-			b.log.Debug("claim landed after an unknown outcome; its partition moved since", "task_id", j.id, "attempt", e.Task.Attempt)
+		if e, ok := b.load(ctx, j); ok && b.ownClaim(&e.Task, j.Rev) {
+			b.log.Debug("claim landed after an unknown outcome; its partition moved since", "task_id", j.ID, "attempt", e.Task.Attempt)
 			b.fireClaimed(e)
 		}
 		return
 	}
-	if !b.ownsTask(j.id) {
+	if !b.ownsTask(j.ID) {
 		// Not (or no longer) this replica's partition, or its heartbeats are not confirmed: no
 		// read, no claim. The loop keeps the step if it still counts the partition as its own.
-		b.report(result{id: j.id, rev: j.rev, kind: jobFire, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter),
-			retry: true, unsure: j.unsure})
+		b.report(result{ID: j.ID, Rev: j.Rev, Kind: jobFire, At: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter),
+			Retry: true, Unsure: j.Unsure})
 		return
 	}
 	e, ok := b.load(ctx, j)
@@ -40,33 +40,33 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	}
 	t := &e.Task
 	switch {
-	case j.unsure && b.ownClaim(t, j.rev):
+	case j.Unsure && b.ownClaim(t, j.Rev):
 		b.log.Debug("claim landed after an unknown outcome", "task_id", t.ID, "attempt", t.Attempt)
 		b.fireClaimed(e)
 		return
-	case e.Revision < j.rev:
+	case e.Revision < j.Rev:
 		b.readBehind(j) // the read lags the revision the index has
 		return
 	case t.Status != kvstore.StatusWaiting:
 		return // the watch brings the record's real state to the loop
 	}
 	nowMs := b.cfg.Now().UnixMilli()
-	if t.DueAt > addMs(nowMs, j.ahead) {
+	if t.DueAt > addMs(nowMs, j.Ahead) {
 		// Not within the claim-ahead window: the wall clock disagrees with the monotonic one, or
 		// the record changed.
-		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: t.DueAt})
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobFire, At: t.DueAt})
 		return
 	}
 	// Unsure applies to the revision whose claim had the unknown outcome only: a claim of a newer
 	// WAITING revision that conflicts lost to another writer (perhaps this replica's own fire job
 	// of that revision), and reading it back would take that claim for this one's.
-	unsure := j.unsure && e.Revision == j.rev
+	unsure := j.Unsure && e.Revision == j.Rev
 	if !b.ownsTask(t.ID) { // again: the read may have taken a while
-		b.report(result{id: j.id, rev: e.Revision, kind: jobFire, at: addMs(nowMs, retryStoreAfter), retry: true,
-			unsure: unsure})
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobFire, At: addMs(nowMs, retryStoreAfter), Retry: true,
+			Unsure: unsure})
 		return
 	}
-	b.claim(ctx, e, unsure, j.taken)
+	b.claim(ctx, e, unsure, j.Taken)
 }
 
 // ownClaim reports whether t runs under this replica's claim of revision rev.
@@ -107,8 +107,8 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken 
 		default:
 			b.storeFailed(opClaim, e.Task.ID, err)
 		}
-		b.report(result{id: e.Task.ID, rev: e.Revision, kind: jobFire, retry: true, unsure: true,
-			at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter)})
+		b.report(result{ID: e.Task.ID, Rev: e.Revision, Kind: jobFire, Retry: true, Unsure: true,
+			At: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter)})
 	})
 }
 

@@ -218,7 +218,7 @@ func (b *Bridge) created(msg jetstream.Msg, md *jetstream.MsgMetadata, m schedul
 		_ = msg.Ack()
 		// Index the new task now rather than when the watch brings it: after a restart the watch
 		// brings new records only behind the whole initial load.
-		b.report(result{created: &existing})
+		b.report(result{Created: &existing})
 	case errors.Is(err, kvstore.ErrExists):
 		if sameContent(&existing.Task, task) {
 			b.duplicate(m, task.ID, existing.Task.Status)

@@ -22,19 +22,19 @@ const (
 // job is one unit of work for a worker. entry is set when the loop holds the record's payload;
 // a jobPreRead carries many ids, read in one batch.
 type job struct {
-	kind  jobKind
-	id    string
-	rev   uint64
-	due   int64 // UTC Unix ms the step was due at
-	entry *kvstore.Entry
-	ids   []string
-	// unsure: a claim of revision rev had an unknown outcome; the fire reads the record back and
+	Kind  jobKind
+	ID    string
+	Rev   uint64
+	Due   int64 // UTC Unix ms the step was due at
+	Entry *kvstore.Entry
+	IDs   []string
+	// Unsure: a claim of revision rev had an unknown outcome; the fire reads the record back and
 	// publishes the attempt if that claim landed (RUNNING under this replica with token rev).
-	unsure bool
-	// ahead: a fire taken up to this long before due may be claimed at once (ahead.go); taken is
+	Unsure bool
+	// Ahead: a fire taken up to this long before due may be claimed at once (Ahead.go); taken is
 	// when (monotonic) the loop took it, from which the claim's latency is measured.
-	ahead time.Duration
-	taken time.Time
+	Ahead time.Duration
+	Taken time.Time
 }
 
 const (
@@ -51,16 +51,16 @@ const (
 // result is a worker's report to the loop: put the task back in the index (retry a failed store
 // call later, or a record that is not due yet), or hand over pre-read records.
 type result struct {
-	id      string
-	rev     uint64
-	kind    jobKind
-	at      int64           // UTC Unix ms at which to try again
-	retry   bool            // a store call failed (the task stays overdue meanwhile)
-	unsure  bool            // the claim of rev had an unknown outcome: it may have landed
-	behind  bool            // a read returned an older revision than rev, or none: try again soon
-	created *kvstore.Entry  // a record intake just created: indexed as its watch event would be
-	entries []kvstore.Entry // pre-read records, for jobPreRead
-	held    *kvstore.Entry  // a claim that landed before its task is due: the loop publishes it then
+	ID      string
+	Rev     uint64
+	Kind    jobKind
+	At      int64           // UTC Unix ms at which to try again
+	Retry   bool            // a store call failed (the task stays overdue meanwhile)
+	Unsure  bool            // the claim of rev had an unknown outcome: it may have landed
+	Behind  bool            // a read returned an older revision than rev, or none: try again soon
+	Created *kvstore.Entry  // a record intake just created: indexed as its watch event would be
+	Entries []kvstore.Entry // pre-read records, for jobPreRead
+	Held    *kvstore.Entry  // a claim that landed before its task is due: the loop publishes it then
 }
 
 const (
@@ -365,11 +365,11 @@ func (l *loopState) nextJob() (chan<- job, job) {
 
 // sent drops the job j a worker took from its queue; the step is now in the worker's hands.
 func (l *loopState) sent(j job) {
-	if f, ok := l.flight[j.id]; ok && j.kind != jobPreRead && f.rev == j.rev {
-		l.flight[j.id] = flight{rev: j.rev, at: l.now.mono, due: f.due}
+	if f, ok := l.flight[j.ID]; ok && j.Kind != jobPreRead && f.rev == j.Rev {
+		l.flight[j.ID] = flight{rev: j.Rev, at: l.now.mono, due: f.due}
 	}
-	if j.kind == jobFire && j.ahead > 0 {
-		l.aheadUntil = max(l.aheadUntil, j.due)
+	if j.Kind == jobFire && j.Ahead > 0 {
+		l.aheadUntil = max(l.aheadUntil, j.Due)
 	}
 	q := &l.fires
 	l.firesInRow++
@@ -445,23 +445,23 @@ func (l *loopState) take() {
 			l.preRead(n.id)
 			continue
 		}
-		j := job{kind: jobFire, id: n.id, rev: n.rev, due: n.due, ahead: l.ahead, taken: l.now.mono}
+		j := job{Kind: jobFire, ID: n.id, Rev: n.rev, Due: n.due, Ahead: l.ahead, Taken: l.now.mono}
 		if tok, ok := l.unsure[n.id]; ok && tok == n.rev {
-			j.unsure = true // the worker owns the read-back now
+			j.Unsure = true // the worker owns the read-back now
 			delete(l.unsure, n.id)
 		}
 		if due, ok := l.retrying[n.id]; ok {
-			j.due = due
+			j.Due = due
 			delete(l.retrying, n.id)
 		}
 		if e, ok := l.near[n.id]; ok {
 			l.dropNear(n.id)
 			if e.Revision == n.rev {
-				j.entry = e
+				j.Entry = e
 			}
 		}
 		l.fires = append(l.fires, j)
-		l.flight[n.id] = flight{rev: n.rev, queued: true, due: j.due}
+		l.flight[n.id] = flight{rev: n.rev, queued: true, due: j.Due}
 	}
 	for len(l.house) < maxQueued {
 		n, ok := l.idx.peek(heapHouse)
@@ -469,7 +469,7 @@ func (l *loopState) take() {
 			break
 		}
 		l.idx.pop(heapHouse)
-		l.house = append(l.house, job{kind: jobLease, id: n.id, rev: n.rev, due: n.due})
+		l.house = append(l.house, job{Kind: jobLease, ID: n.id, Rev: n.rev, Due: n.due})
 		l.flight[n.id] = flight{rev: n.rev, queued: true, due: n.due}
 	}
 }
@@ -486,7 +486,7 @@ func (l *loopState) preRead(id string) {
 func (l *loopState) flushReads() {
 	for len(l.reads) > 0 && len(l.house) < maxQueued {
 		n := min(len(l.reads), preReadBatch)
-		l.house = append(l.house, job{kind: jobPreRead, ids: l.reads[:n:n]})
+		l.house = append(l.house, job{Kind: jobPreRead, IDs: l.reads[:n:n]})
 		l.reads = l.reads[n:]
 	}
 	if len(l.reads) == 0 {
@@ -539,10 +539,10 @@ func (l *loopState) apply(ev kvstore.Event) {
 			if l.b.ownClaim(t, tok) {
 				// The claim whose outcome was unknown landed: publish its attempt now. A partial
 				// entry (no payload) cannot be published: the worker reads the record back.
-				j := job{kind: jobFire, id: id, rev: tok, due: t.DueAt, unsure: true}
+				j := job{Kind: jobFire, ID: id, Rev: tok, Due: t.DueAt, Unsure: true}
 				if !e.Partial {
 					ec := e
-					j.entry = &ec
+					j.Entry = &ec
 				}
 				l.fires = append(l.fires, j)
 			}
@@ -636,21 +636,21 @@ func (l *loopState) dropNear(id string) {
 
 // result takes a worker's report back into the index.
 func (l *loopState) result(r result) {
-	if e := r.created; e != nil {
+	if e := r.Created; e != nil {
 		l.apply(kvstore.Event{Kind: kvstore.EventPut, ID: e.Task.ID, Revision: e.Revision, Entry: *e})
 		return
 	}
-	if r.held != nil { // a claim that landed is fired even if its partition moved (ahead.go)
-		l.hold(r.held)
+	if r.Held != nil { // a claim that landed is fired even if its partition moved (ahead.go)
+		l.hold(r.Held)
 		return
 	}
-	if r.entries == nil && !l.ownsID(r.id) && !r.unsure {
-		l.forget(r.id) // the partition moved away while a worker had the step
+	if r.Entries == nil && !l.ownsID(r.ID) && !r.Unsure {
+		l.forget(r.ID) // the partition moved away while a worker had the step
 		return
 	}
-	if r.entries != nil { // pre-read records: keep those the index still expects at that revision
-		for i := range r.entries {
-			e := &r.entries[i]
+	if r.Entries != nil { // pre-read records: keep those the index still expects at that revision
+		for i := range r.Entries {
+			e := &r.Entries[i]
 			if cur, ok := l.idx.get(e.Task.ID); ok && cur.rev == e.Revision && cur.kind == jobFire {
 				l.keepNear(e)
 			}
@@ -658,43 +658,43 @@ func (l *loopState) result(r result) {
 		return
 	}
 	newer := false
-	if cur, ok := l.idx.get(r.id); ok && cur.rev > r.rev {
+	if cur, ok := l.idx.get(r.ID); ok && cur.rev > r.Rev {
 		newer = true
-	} else if f, ok := l.flight[r.id]; ok && f.rev > r.rev {
+	} else if f, ok := l.flight[r.ID]; ok && f.rev > r.Rev {
 		newer = true
 	}
 	switch {
-	case r.unsure && newer:
+	case r.Unsure && newer:
 		// The watch brought a newer revision before the claim's outcome: it may be that claim.
 		// A worker reads the record back and publishes the attempt if so.
-		l.fires = append(l.fires, job{kind: jobFire, id: r.id, rev: r.rev, due: l.now.ms, unsure: true})
+		l.fires = append(l.fires, job{Kind: jobFire, ID: r.ID, Rev: r.Rev, Due: l.now.ms, Unsure: true})
 		return
 	case newer:
 		return // a newer revision is indexed already
-	case r.unsure:
-		l.unsure[r.id] = r.rev
-	case r.behind:
-		if f, ok := l.flight[r.id]; !ok || f.rev != r.rev {
+	case r.Unsure:
+		l.unsure[r.ID] = r.Rev
+	case r.Behind:
+		if f, ok := l.flight[r.ID]; !ok || f.rev != r.Rev {
 			return // a delete or a newer revision came meanwhile
 		}
-		n := l.behind[r.id] + 1
+		n := l.behind[r.ID] + 1
 		if n > maxReadBehind {
-			delete(l.behind, r.id)
-			delete(l.flight, r.id)
-			l.b.log.Warn("task not found at the revision the index has; left to the reconciler", "task_id", r.id, "revision", r.rev)
+			delete(l.behind, r.ID)
+			delete(l.flight, r.ID)
+			l.b.log.Warn("task not found at the revision the index has; left to the reconciler", "task_id", r.ID, "revision", r.Rev)
 			return
 		}
-		l.behind[r.id] = n
-		r.at = addMs(l.now.ms, min(readBehindRetry<<(n-1), retryStoreAfter))
+		l.behind[r.ID] = n
+		r.At = addMs(l.now.ms, min(readBehindRetry<<(n-1), retryStoreAfter))
 	}
-	due := r.at
-	if f, ok := l.flight[r.id]; ok && f.rev <= r.rev {
+	due := r.At
+	if f, ok := l.flight[r.ID]; ok && f.rev <= r.Rev {
 		due = min(due, f.due)
-		delete(l.flight, r.id)
+		delete(l.flight, r.ID)
 	}
-	l.idx.put(r.id, r.at, r.rev, r.kind)
-	if r.retry && r.kind == jobFire && due < r.at {
-		l.retrying[r.id] = due // still overdue while it waits for its retry
+	l.idx.put(r.ID, r.At, r.Rev, r.Kind)
+	if r.Retry && r.Kind == jobFire && due < r.At {
+		l.retrying[r.ID] = due // still overdue while it waits for its retry
 	}
 }
 
@@ -716,11 +716,11 @@ func (l *loopState) stats() {
 	l.b.outage.tick()
 	n, oldest := l.idx.countDue(heapFire, l.now.ms, jobFire)
 	for _, j := range l.fires {
-		if j.due > l.now.ms {
+		if j.Due > l.now.ms {
 			continue // taken ahead of its due time
 		}
-		if n == 0 || j.due < oldest {
-			oldest = j.due
+		if n == 0 || j.Due < oldest {
+			oldest = j.Due
 		}
 		n++
 	}

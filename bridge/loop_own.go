@@ -93,13 +93,13 @@ func (l *loopState) isUnsure(id string, rev uint64) bool {
 func (l *loopState) keepJobs(js []job) []job {
 	out := js[:0]
 	for _, j := range js {
-		if j.kind == jobPreRead {
-			if j.ids = l.keepIDs(j.ids); len(j.ids) > 0 {
+		if j.Kind == jobPreRead {
+			if j.IDs = l.keepIDs(j.IDs); len(j.IDs) > 0 {
 				out = append(out, j)
 			}
 			continue
 		}
-		if l.ownsID(j.id) || j.unsure {
+		if l.ownsID(j.ID) || j.Unsure {
 			out = append(out, j)
 		}
 	}

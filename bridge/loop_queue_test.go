@@ -8,12 +8,12 @@ func TestLeaseEndsInterleaveWithAFireBacklog(t *testing.T) {
 	t.Parallel()
 	l := &loopState{b: &Bridge{jobs: make(chan job)}}
 	for range 3 * houseEvery {
-		l.fires = append(l.fires, job{kind: jobFire, id: "f"})
+		l.fires = append(l.fires, job{Kind: jobFire, ID: "f"})
 	}
-	l.house = []job{{kind: jobLease, id: "lease"}}
+	l.house = []job{{Kind: jobLease, ID: "lease"}}
 	for i := 0; ; i++ {
 		_, j := l.nextJob()
-		if j.kind == jobLease {
+		if j.Kind == jobLease {
 			if i != houseEvery {
 				t.Errorf("the lease end went out after %d fires, want %d", i, houseEvery)
 			}
@@ -24,11 +24,11 @@ func TestLeaseEndsInterleaveWithAFireBacklog(t *testing.T) {
 		}
 		l.sent(j)
 	}
-	l.sent(job{kind: jobLease, id: "lease"})
+	l.sent(job{Kind: jobLease, ID: "lease"})
 	if len(l.house) != 0 || len(l.fires) != 2*houseEvery {
 		t.Errorf("queues after: %d house, %d fires; want 0 and %d", len(l.house), len(l.fires), 2*houseEvery)
 	}
-	if _, j := l.nextJob(); j.kind != jobFire {
-		t.Errorf("next job %v, want a fire", j.kind)
+	if _, j := l.nextJob(); j.Kind != jobFire {
+		t.Errorf("next job %v, want a fire", j.Kind)
 	}
 }

@@ -16,7 +16,7 @@ const retryStoreAfter = time.Second
 func (b *Bridge) worker(ctx context.Context) {
 	defer b.workers.Done()
 	for j := range b.jobs {
-		switch j.kind {
+		switch j.Kind {
 		case jobFire:
 			b.fire(ctx, j)
 		case jobPreRead:
@@ -39,9 +39,9 @@ func (b *Bridge) report(r result) {
 // retryLater puts the task back in the index to try the step again after a failed store call.
 // An outage is logged once when it starts and once when it ends, not once per task.
 func (b *Bridge) retryLater(j job, reason string, err error) {
-	b.outage.failed(reason, j.id, err)
-	b.report(result{id: j.id, rev: j.rev, kind: j.kind, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), retry: true,
-		unsure: j.unsure})
+	b.outage.failed(reason, j.ID, err)
+	b.report(result{ID: j.ID, Rev: j.Rev, Kind: j.Kind, At: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), Retry: true,
+		Unsure: j.Unsure})
 }
 
 // readBehind puts a step back for another read soon: its read returned no record, or an older
@@ -49,17 +49,17 @@ func (b *Bridge) retryLater(j job, reason string, err error) {
 // stream leader, which answers reads; a record really deleted meanwhile comes as a watch event,
 // which drops the step.
 func (b *Bridge) readBehind(j job) {
-	b.report(result{id: j.id, rev: j.rev, kind: j.kind, behind: true})
+	b.report(result{ID: j.ID, Rev: j.Rev, Kind: j.Kind, Behind: true})
 }
 
 // load returns the job's record: the pre-read one, or a fresh read. A partial entry (state
 // without payload, from a watch's initial values) never reaches a job by design; if one does, it
 // is read again rather than claimed or published with an empty body.
 func (b *Bridge) load(ctx context.Context, j job) (kvstore.Entry, bool) {
-	if j.entry != nil && !j.entry.Partial {
-		return *j.entry, true
+	if j.Entry != nil && !j.Entry.Partial {
+		return *j.Entry, true
 	}
-	e, err := b.store.Get(ctx, j.id)
+	e, err := b.store.Get(ctx, j.ID)
 	switch {
 	case errors.Is(err, kvstore.ErrNotFound):
 		b.readBehind(j)
@@ -75,28 +75,28 @@ func (b *Bridge) load(ctx context.Context, j job) (kvstore.Entry, bool) {
 // preRead loads the records of tasks due soon, with their payloads, in one batched read, so that
 // firing them is a single write. A failed read costs nothing but a read at fire time.
 func (b *Bridge) preRead(ctx context.Context, j job) {
-	es, err := b.store.GetMany(ctx, j.ids)
+	es, err := b.store.GetMany(ctx, j.IDs)
 	if err != nil {
-		b.log.Debug("pre-read", "tasks", len(j.ids), "err", err)
+		b.log.Debug("pre-read", "tasks", len(j.IDs), "err", err)
 	} else {
 		b.outage.ok()
 	}
 	if len(es) > 0 {
-		b.report(result{entries: es})
+		b.report(result{Entries: es})
 	}
 }
 
 // leaseEnded counts a RUNNING task whose lease ran out as a failed attempt.
 func (b *Bridge) leaseEnded(ctx context.Context, j job) {
-	if !b.ownsTask(j.id) {
-		b.report(result{id: j.id, rev: j.rev, kind: jobLease, at: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), retry: true})
+	if !b.ownsTask(j.ID) {
+		b.report(result{ID: j.ID, Rev: j.Rev, Kind: jobLease, At: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), Retry: true})
 		return
 	}
 	e, ok := b.load(ctx, j)
 	switch {
 	case !ok:
 		return
-	case e.Revision < j.rev:
+	case e.Revision < j.Rev:
 		b.readBehind(j)
 		return
 	case e.Task.Status != kvstore.StatusRunning:
@@ -105,19 +105,19 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 	nowMs := b.cfg.Now().UnixMilli()
 	if due := b.leaseDue(&e.Task); due > nowMs {
 		// Not ended by this bridge's clock (another replica's lease ends a skew margin later here).
-		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: due})
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobLease, At: due})
 		return
 	}
-	if !b.ownsTask(j.id) {
-		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: addMs(nowMs, retryStoreAfter), retry: true})
+	if !b.ownsTask(j.ID) {
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobLease, At: addMs(nowMs, retryStoreAfter), Retry: true})
 		return
 	}
-	if b.hand.holds(j.id, e.Task.Claim, e.Task.LeaseUntil) {
+	if b.hand.holds(j.ID, e.Task.Claim, e.Task.LeaseUntil) {
 		// The consumer answered within the lease and its answer is being written: it decides.
-		b.report(result{id: j.id, rev: e.Revision, kind: jobLease, at: addMs(nowMs, retryStoreAfter)})
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobLease, At: addMs(nowMs, retryStoreAfter)})
 		return
 	}
-	if e.Task.Owner == b.cfg.ReplicaID && b.out.holds(j.id, e.Task.Claim, math.MaxInt64) {
+	if e.Task.Owner == b.cfg.ReplicaID && b.out.holds(j.ID, e.Task.Claim, math.MaxInt64) {
 		// This replica's claim has not even been answered: nobody published the attempt, so it
 		// is given back, not counted.
 		if next, err := kvstore.Unclaim(e.Task, e.Task.Claim, nowMs); err == nil && b.commit(ctx, j, e, &next) {
@@ -138,7 +138,7 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvstore.Task) bool {
 	if _, err := b.store.Update(ctx, next, e.Revision); err != nil {
 		if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
-			b.retryLater(job{kind: j.kind, id: j.id, rev: e.Revision}, "update", err)
+			b.retryLater(job{Kind: j.Kind, ID: j.ID, Rev: e.Revision}, "update", err)
 		}
 		return false
 	}

@@ -18,7 +18,7 @@ func TestLoadReadsAPartialEntry(t *testing.T) {
 	part := full
 	part.Task.Payload = nil
 	part.Partial = true
-	got, ok := b.load(context.Background(), job{kind: jobFire, id: "partial", rev: full.Revision, entry: &part})
+	got, ok := b.load(context.Background(), job{Kind: jobFire, ID: "partial", Rev: full.Revision, Entry: &part})
 	switch {
 	case !ok:
 		t.Fatal("load failed")
