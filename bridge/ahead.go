@@ -34,15 +34,9 @@ const (
 	claimSamples = 256
 	// aheadRefresh is how often the loop recomputes its window.
 	aheadRefresh = 100 * time.Millisecond
-	// maxPublishTurn bounds the held fires the loop publishes in one turn, so that a burst of
-	// them does not keep it from its channels.
-	maxPublishTurn = 1024
 	// drainSlack is how long past the claim-ahead bound a stopping loop waits for the claims it
 	// took ahead.
 	drainSlack = 50 * time.Millisecond
-	// heldRetry is how often a held fire that came due while the connection to NATS was down
-	// is tried again.
-	heldRetry = 20 * time.Millisecond
 )
 
 // claimTimes keeps the latencies of the recent successful claims, from the loop taking the task
@@ -78,14 +72,15 @@ func (c *claimTimes) window(limit time.Duration) time.Duration {
 	return time.Duration(addMs(0, w)) * time.Millisecond
 }
 
-// refreshAhead recomputes the loop's claim-ahead window, at most every aheadRefresh.
+// refreshAhead recomputes the core's claim-ahead window, at most every aheadRefresh.
 func (l *loopState) refreshAhead() {
-	if !l.aheadAt.IsZero() && l.now.mono.Sub(l.aheadAt) < aheadRefresh {
+	if !l.aheadAt.IsZero() && l.now.Mono.Sub(l.aheadAt) < aheadRefresh {
 		return
 	}
-	l.aheadAt = l.now.mono
-	l.ahead = l.b.fired.times.window(l.b.cfg.ClaimAhead)
-	l.b.m.loop.claimAhead.Set(l.ahead.Seconds())
+	l.aheadAt = l.now.Mono
+	ahead := l.b.fired.times.window(l.b.cfg.ClaimAhead)
+	l.c.SetAhead(ahead)
+	l.b.m.loop.claimAhead.Set(ahead.Seconds())
 }
 
 // nowMsUp is the wall clock in UTC Unix ms, rounded up. An ack's transition takes it as its time,
@@ -103,106 +98,47 @@ func (b *Bridge) fireClaimed(e kvstore.Entry) {
 	b.report(result{ID: e.Task.ID, Rev: e.Revision, Kind: jobPublish, Held: &e})
 }
 
-// hold takes a landed claim whose task is not due yet: the loop publishes it at its due time. It
-// is dropped if the record changed meanwhile: the loop expects the claimed revision (the claim's
-// own watch event came) or still has the claimed WAITING revision in flight (it has not yet).
-func (l *loopState) hold(e *kvstore.Entry) {
-	id := e.Task.ID
-	f, inFlight := l.flight[id]
-	cur, indexed := l.idx.get(id)
-	switch {
-	case !l.ownsID(id):
-		// The partition moved away meanwhile and reown dropped the task's steps, so its watch
-		// events are no longer read here: the claim won its CAS and is fired all the same, as a
-		// held fire whose partition moves is (the new owner waits for its lease).
-	case indexed && cur.rev == e.Revision: // the claim's own watch event came first
-	case !indexed && inFlight && f.rev == e.Task.Claim: // the claim's watch event is still to come
-	default: // a newer write or a delete came on the watch (it ended the flight)
-		l.b.log.Debug("claimed ahead, but the record changed before its due time: not fired", "task_id", id)
-		return
-	}
-	delete(l.flight, id)
-	delete(l.retrying, id)
-	l.dropNear(id)
-	l.held[id] = e
-	l.idx.put(id, e.Task.DueAt, e.Revision, jobPublish)
-}
-
-// publishDue publishes the held fires that are due by the loop's reading of the clock, at most
-// maxPublishTurn of them; each task's next step is then its lease end.
-func (l *loopState) publishDue() {
-	for range maxPublishTurn {
-		n, ok := l.idx.peek(heapPublish)
-		if !ok || n.due > l.now.ms {
-			return
-		}
-		l.idx.pop(heapPublish)
-		e, ok := l.held[n.id]
-		delete(l.held, n.id)
-		if !ok || e.Revision != n.rev {
-			continue
-		}
-		t := &e.Task
-		if l.ownsID(n.id) {
-			l.idx.put(n.id, l.b.leaseDue(t), e.Revision, jobLease)
-		}
-		if !l.b.alive() {
-			// Fenced (no heartbeat confirmed within the partition lease): the lease ends as
-			// after a crash, and whoever owns the partition then fires the task again.
-			l.b.m.members.fencedFires.Inc()
-			l.b.log.Warn("claimed ahead but not fired: no heartbeat of this replica confirmed at the task's due time",
-				"task_id", n.id, "attempt", t.Attempt)
-			continue
-		}
-		if !l.b.nc.IsConnected() && l.now.ms < t.LeaseUntil {
-			// Published now, the fire would wait in the reconnect buffer and could reach the
-			// consumer after the next attempt; held, it goes out after the reconnect if its
-			// lease still runs then, else its attempt is given back uncounted.
-			l.held[n.id] = e
-			l.idx.put(n.id, addMs(l.now.ms, heldRetry), e.Revision, jobPublish)
-			continue
-		}
-		if l.b.publishFire(*e) {
-			l.b.m.loop.heldFires.Inc()
-		}
-	}
-}
-
 // drainHeld runs when the loop is told to stop. It goes on publishing the fires it holds as they
 // come due, and takes the claims that land meanwhile, until every task it took ahead is due (at
 // most the claim-ahead bound and drainSlack away): a stop then costs none of them an attempt.
 // Watch events are no longer read. Whatever it still holds at the end is not published, and its
 // lease ends as after a crash.
 func (l *loopState) drainHeld() {
-	l.now = l.b.read()
-	if len(l.held) == 0 && l.aheadUntil <= l.now.ms {
+	l.tick()
+	if l.c.Held() == 0 && l.c.AheadUntil() <= l.now.Ms {
 		return
 	}
-	end := l.now.mono.Add(l.b.cfg.ClaimAhead + drainSlack)
+	end := l.now.Mono.Add(l.b.cfg.ClaimAhead + drainSlack)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for (len(l.held) > 0 || l.aheadUntil > l.now.ms) && l.now.mono.Before(end) {
+	for (l.c.Held() > 0 || l.c.AheadUntil() > l.now.Ms) && l.now.Mono.Before(end) {
 		l.publishDue()
-		d := end.Sub(l.now.mono)
-		if l.aheadUntil > l.now.ms {
-			d = l.now.until(l.aheadUntil, d)
+		d := end.Sub(l.now.Mono)
+		if l.c.AheadUntil() > l.now.Ms {
+			d = l.now.Until(l.c.AheadUntil(), d)
 		}
-		if n, ok := l.idx.peek(heapPublish); ok {
-			d = l.now.until(n.due, d)
+		if due, ok := l.c.NextPublish(); ok {
+			d = l.now.Until(due, d)
 		}
 		timer.Reset(d)
 		select {
 		case r := <-l.b.results:
 			if r.Held != nil {
-				l.now = l.b.read()
-				l.result(r)
+				l.tick()
+				l.c.Result(r)
 			}
 		case <-timer.C:
 		}
-		l.now = l.b.read()
+		l.tick()
 	}
 	l.publishDue()
-	if len(l.held) > 0 {
-		l.b.log.Info("stopped with claims held for their due time: their leases end as after a crash", "tasks", len(l.held))
+	if n := l.c.Held(); n > 0 {
+		l.b.log.Info("stopped with claims held for their due time: their leases end as after a crash", "tasks", n)
 	}
+}
+
+// publishDue publishes the held fires that are due.
+func (l *loopState) publishDue() {
+	l.c.PublishDue(l.b.alive(), l.b.nc.IsConnected())
+	l.carryOut()
 }

@@ -1,8 +1,9 @@
 package bridge
 
 import (
-	"math"
 	"time"
+
+	"github.com/axbridge/axbridge/bridge/internal/sched"
 )
 
 // Time in the loop. Due times are UTC Unix milliseconds (the record's, the wire's) and the loop
@@ -13,30 +14,12 @@ import (
 // second: nothing in the index is relative to an origin, so re-basing is only re-arming the timer.
 
 // reading is one look at both clocks.
-type reading struct {
-	mono time.Time // runtime clock: monotonic
-	wall int64     // Config.Now, UTC Unix ns
-	ms   int64     // wall in ms
-}
+type reading = sched.Time
 
 func (b *Bridge) read() reading {
 	mono := time.Now()
 	w := b.cfg.Now()
-	return reading{mono: mono, wall: w.UnixNano(), ms: w.UnixMilli()}
-}
-
-// until is how long from r until the wall clock reaches the UTC Unix ms instant ms: at most
-// limit, never negative. A due time in year 2262 or at math.MaxInt64 ms is simply far away.
-func (r reading) until(ms int64, limit time.Duration) time.Duration {
-	if ms <= r.ms {
-		return 0
-	}
-	diff := ms - r.ms // > 0 unless it overflowed
-	if diff < 0 || diff > int64(limit/time.Millisecond)+1 {
-		return limit
-	}
-	d := time.Duration(diff)*time.Millisecond - time.Duration(r.wall-r.ms*int64(time.Millisecond))
-	return min(max(d, 0), limit)
+	return reading{Mono: mono, Wall: w.UnixNano(), Ms: w.UnixMilli()}
 }
 
 const (
@@ -56,12 +39,12 @@ type stepDetector struct {
 // clock jumped ahead), and ok=false when there was none. It keeps a new base every second, so
 // slow slewing never adds up to a step.
 func (d *stepDetector) check(r reading) (step time.Duration, ok bool) {
-	if d.base.mono.IsZero() {
+	if d.base.Mono.IsZero() {
 		d.base = r
 		return 0, false
 	}
-	mono := r.mono.Sub(d.base.mono)
-	step = time.Duration(r.wall-d.base.wall) - mono
+	mono := r.Mono.Sub(d.base.Mono)
+	step = time.Duration(r.Wall-d.base.Wall) - mono
 	if step > stepThreshold || step < -stepThreshold {
 		d.base = r
 		return step, true
@@ -73,28 +56,7 @@ func (d *stepDetector) check(r reading) (step time.Duration, ok bool) {
 }
 
 // addMs returns ms + d in whole milliseconds (d rounded up), saturating at the ends of int64.
-func addMs(ms int64, d time.Duration) int64 {
-	n := int64(d / time.Millisecond)
-	if d%time.Millisecond > 0 {
-		n++
-	}
-	switch {
-	case n > 0 && ms > math.MaxInt64-n:
-		return math.MaxInt64
-	case n < 0 && ms < math.MinInt64-n:
-		return math.MinInt64
-	}
-	return ms + n
-}
+func addMs(ms int64, d time.Duration) int64 { return sched.AddMs(ms, d) }
 
 // subMs returns ms - d in whole milliseconds, saturating.
-func subMs(ms int64, d time.Duration) int64 {
-	n := int64(d / time.Millisecond)
-	switch {
-	case n > 0 && ms < math.MinInt64+n:
-		return math.MinInt64
-	case n < 0 && ms > math.MaxInt64+n:
-		return math.MaxInt64
-	}
-	return ms - n
-}
+func subMs(ms int64, d time.Duration) int64 { return sched.SubMs(ms, d) }

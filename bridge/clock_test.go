@@ -8,22 +8,22 @@ import (
 
 func TestClockArithmeticSaturates(t *testing.T) {
 	now := time.Date(2026, 12, 1, 8, 0, 0, 500_000, time.UTC)
-	r := reading{mono: time.Now(), wall: now.UnixNano(), ms: now.UnixMilli()}
+	r := reading{Mono: time.Now(), Wall: now.UnixNano(), Ms: now.UnixMilli()}
 	for _, tc := range []struct {
 		name string
 		due  int64
 		want time.Duration
 	}{
-		{"past", r.ms - 10, 0},
-		{"now", r.ms, 0},
-		{"next ms", r.ms + 1, 500 * time.Microsecond},
-		{"in 300ms", r.ms + 300, 300*time.Millisecond - 500*time.Microsecond},
-		{"far", r.ms + 3_600_000, time.Second},
+		{"past", r.Ms - 10, 0},
+		{"now", r.Ms, 0},
+		{"next ms", r.Ms + 1, 500 * time.Microsecond},
+		{"in 300ms", r.Ms + 300, 300*time.Millisecond - 500*time.Microsecond},
+		{"far", r.Ms + 3_600_000, time.Second},
 		{"year 2262", time.Date(2262, 4, 12, 0, 0, 0, 0, time.UTC).UnixMilli(), time.Second},
 		{"max", math.MaxInt64, time.Second},
 		{"min", math.MinInt64, 0},
 	} {
-		if got := r.until(tc.due, time.Second); got != tc.want {
+		if got := r.Until(tc.due, time.Second); got != tc.want {
 			t.Errorf("%s: until = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -46,7 +46,7 @@ func TestStepDetector(t *testing.T) {
 	wall := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	at := func(monoOff, wallOff time.Duration) reading {
 		w := wall.Add(wallOff)
-		return reading{mono: mono.Add(monoOff), wall: w.UnixNano(), ms: w.UnixMilli()}
+		return reading{Mono: mono.Add(monoOff), Wall: w.UnixNano(), Ms: w.UnixMilli()}
 	}
 	var d stepDetector
 	if _, ok := d.check(at(0, 0)); ok {

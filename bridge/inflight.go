@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/axbridge/axbridge/bridge/internal/sched"
+
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -47,7 +49,7 @@ func (f *inflight) put(e kvstore.Entry) {
 // claim only, which take does not hand out.
 func (f *inflight) set(e kvstore.Entry) {
 	f.remove(e.Task.ID)
-	if n := recordBytes(&e.Task); f.bytes+n <= f.max {
+	if n := sched.RecordBytes(&e.Task); f.bytes+n <= f.max {
 		f.bytes += n
 	} else {
 		e = kvstore.Entry{Revision: e.Revision, Partial: true,
@@ -60,7 +62,7 @@ func (f *inflight) set(e kvstore.Entry) {
 func (f *inflight) remove(id string) {
 	if e, ok := f.m[id]; ok {
 		if !e.Partial {
-			f.bytes -= recordBytes(&e.Task)
+			f.bytes -= sched.RecordBytes(&e.Task)
 		}
 		delete(f.m, id)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/axbridge/axbridge/bridge/internal/sched"
+
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -16,7 +18,7 @@ func TestInflightBoundedByBytes(t *testing.T) {
 		return kvstore.Entry{Revision: uint64(10 + i), Task: kvstore.Task{ID: fmt.Sprintf("t%d", i), Status: kvstore.StatusRunning,
 			Claim: uint64(i + 1), Payload: make([]byte, 1000)}}
 	}
-	f.max = 2*recordBytes(&kvstore.Task{ID: "t0", Payload: make([]byte, 1000)}) + 10
+	f.max = 2*sched.RecordBytes(&kvstore.Task{ID: "t0", Payload: make([]byte, 1000)}) + 10
 	for i := range 4 {
 		if !f.putOnce(entry(i)) {
 			t.Fatalf("putOnce of t%d refused", i)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/axbridge/axbridge/bridge/internal/sched"
+
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -148,8 +150,9 @@ func (b *Bridge) overdue(e *kvstore.Entry, nowMs int64) (candidate, bool) {
 // reconciled answers the reconciler: a question gets whether c is suspect; a confirmed candidate
 // that is still suspect is repaired.
 func (l *loopState) reconciled(m reconcileMsg) {
-	why := l.suspect(m.c)
-	if !l.ownsID(m.c.id) || l.loading(kvstore.Partition(m.c.id, l.b.nparts)) {
+	c := sched.Candidate{ID: m.c.id, Rev: m.c.rev, Kind: m.c.kind, Due: m.c.due}
+	why := l.c.Suspect(c)
+	if !l.c.Owns(c.ID) || l.loading(kvstore.Partition(c.ID, l.b.nparts)) {
 		why = "" // the partition moved away meanwhile, or its watch is still loading it
 	}
 	if !m.repair {
@@ -159,34 +162,14 @@ func (l *loopState) reconciled(m reconcileMsg) {
 	if why == "" {
 		return
 	}
-	c := m.c
 	kind := "waiting"
-	if c.kind == jobLease {
+	if c.Kind == jobLease {
 		kind = "running"
 	}
 	l.b.m.loop.repairs.WithLabelValues(kind).Inc()
-	l.b.log.Warn("reconciler: task was not indexed in time; running its step now", "task_id", c.id, "revision", c.rev,
-		"status", kind, "why", why, "due_ms", c.due)
-	delete(l.flight, c.id)
-	delete(l.retrying, c.id)
-	l.idx.put(c.id, l.now.ms, c.rev, c.kind)
-}
-
-// suspect compares a candidate with the index: a record the index holds at that revision (or a
-// newer one), due no later than it should be, is fine, and so is one a worker has in hand. It
-// returns why the candidate is suspect ("missing", "late"), or "" if it is not.
-func (l *loopState) suspect(c candidate) string {
-	if cur, ok := l.idx.get(c.id); ok && cur.rev >= c.rev {
-		// A step put back after a failed store call is due again within retryStoreAfter.
-		if cur.rev > c.rev || cur.due <= c.due || cur.due <= addMs(l.now.ms, retryStoreAfter) {
-			return ""
-		}
-		return "late"
-	}
-	if f, ok := l.flight[c.id]; ok && f.rev >= c.rev && (f.queued || l.now.mono.Sub(f.at) < flightStale) {
-		return ""
-	}
-	return "missing"
+	l.b.log.Warn("reconciler: task was not indexed in time; running its step now", "task_id", c.ID, "revision", c.Rev,
+		"status", kind, "why", why, "due_ms", c.Due)
+	l.c.Repair(c)
 }
 
 // pacer keeps a pass at rate records a second.

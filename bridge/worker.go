@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"math"
-	"time"
+
+	"github.com/axbridge/axbridge/bridge/internal/sched"
 
 	"github.com/axbridge/axbridge/kvstore"
 )
 
 // retryStoreAfter is how long a task waits after a failed store call before the loop tries again.
-const retryStoreAfter = time.Second
+const retryStoreAfter = sched.RetryStoreAfter
 
 // worker runs jobs from the loop until the loop closes the job channel.
 func (b *Bridge) worker(ctx context.Context) {

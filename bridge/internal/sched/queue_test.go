@@ -1,4 +1,4 @@
-package bridge
+package sched
 
 import "testing"
 
@@ -6,14 +6,14 @@ import "testing"
 // fires, and fires still go first when nothing else waits.
 func TestLeaseEndsInterleaveWithAFireBacklog(t *testing.T) {
 	t.Parallel()
-	l := &loopState{b: &Bridge{jobs: make(chan job)}}
+	c := New(Config{Partitions: 1}, nil, Time{})
 	for range 3 * houseEvery {
-		l.fires = append(l.fires, job{Kind: jobFire, ID: "f"})
+		c.fires = append(c.fires, Job{Kind: Fire, ID: "f"})
 	}
-	l.house = []job{{Kind: jobLease, ID: "lease"}}
+	c.house = []Job{{Kind: Lease, ID: "lease"}}
 	for i := 0; ; i++ {
-		_, j := l.nextJob()
-		if j.Kind == jobLease {
+		j, _ := c.Next()
+		if j.Kind == Lease {
 			if i != houseEvery {
 				t.Errorf("the lease end went out after %d fires, want %d", i, houseEvery)
 			}
@@ -22,13 +22,13 @@ func TestLeaseEndsInterleaveWithAFireBacklog(t *testing.T) {
 		if i > houseEvery {
 			t.Fatalf("no lease end after %d fires", i)
 		}
-		l.sent(j)
+		c.Sent(j)
 	}
-	l.sent(job{Kind: jobLease, ID: "lease"})
-	if len(l.house) != 0 || len(l.fires) != 2*houseEvery {
-		t.Errorf("queues after: %d house, %d fires; want 0 and %d", len(l.house), len(l.fires), 2*houseEvery)
+	c.Sent(Job{Kind: Lease, ID: "lease"})
+	if len(c.house) != 0 || len(c.fires) != 2*houseEvery {
+		t.Errorf("queues after: %d house, %d fires; want 0 and %d", len(c.house), len(c.fires), 2*houseEvery)
 	}
-	if _, j := l.nextJob(); j.Kind != jobFire {
+	if j, _ := c.Next(); j.Kind != Fire {
 		t.Errorf("next job %v, want a fire", j.Kind)
 	}
 }

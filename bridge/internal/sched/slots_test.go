@@ -1,4 +1,4 @@
-package bridge
+package sched
 
 import (
 	"math/rand/v2"
@@ -15,9 +15,9 @@ func TestSlotsOrderAndReplace(t *testing.T) {
 	for i := range 2000 {
 		id := "t" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676))
 		due := r.Int64N(500)
-		kind := jobFire
+		kind := Fire
 		if i%5 == 0 {
-			kind = jobLease
+			kind = Lease
 		}
 		s.put(id, due, uint64(i), kind)
 		want[id] = due
@@ -29,10 +29,10 @@ func TestSlotsOrderAndReplace(t *testing.T) {
 	if s.len() != len(want) {
 		t.Fatalf("len %d, want %d", s.len(), len(want))
 	}
-	n, earliest := s.countDue(heapFire, 100, jobFire)
+	n, earliest := s.countDue(heapFire, 100, Fire)
 	wantN, wantEarliest := 0, int64(-1)
 	for id, due := range want {
-		if e, _ := s.get(id); e.kind == jobFire && due <= 100 {
+		if e, _ := s.get(id); e.kind == Fire && due <= 100 {
 			wantN++
 			if wantEarliest < 0 || due < wantEarliest {
 				wantEarliest = due
@@ -66,9 +66,9 @@ func TestSlotsOrderAndReplace(t *testing.T) {
 func TestSlotsTiesInInsertionOrder(t *testing.T) {
 	s := newSlots()
 	for _, id := range []string{"a", "b", "c"} {
-		s.put(id, 7, 1, jobFire)
+		s.put(id, 7, 1, Fire)
 	}
-	s.put("a", 7, 2, jobFire) // a replace counts as an insertion
+	s.put("a", 7, 2, Fire) // a replace counts as an insertion
 	var got []string
 	for range 3 {
 		got = append(got, s.pop(heapFire).id)

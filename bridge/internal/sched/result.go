@@ -1,0 +1,79 @@
+package sched
+
+import "github.com/axbridge/axbridge/kvstore/record"
+
+// Result takes a worker's report back into the index.
+func (c *Core) Result(r Result) {
+	switch {
+	case r.Created != nil:
+		c.Apply(record.Event{Kind: record.EventPut, ID: r.Created.Task.ID, Revision: r.Created.Revision, Entry: *r.Created})
+	case r.Held != nil: // a claim that landed is fired even if its partition moved
+		c.hold(r.Held)
+	case r.Entries != nil: // pre-read records: keep those the index still expects at that revision
+		for i := range r.Entries {
+			e := &r.Entries[i]
+			if cur, ok := c.idx.get(e.Task.ID); ok && cur.rev == e.Revision && cur.kind == Fire {
+				c.keepNear(e.Task.ID, c.ensure(e.Task.ID), e)
+				c.tidy(e.Task.ID)
+			}
+		}
+	case !c.Owns(r.ID) && !r.Unsure:
+		c.forget(r.ID) // the partition moved away while a worker had the step
+	default:
+		c.putBack(r)
+		c.tidy(r.ID)
+	}
+}
+
+// putBack indexes the step of r again, unless a newer revision is indexed or in flight.
+func (c *Core) putBack(r Result) {
+	t := c.ensure(r.ID)
+	newer := false
+	if cur, ok := c.idx.get(r.ID); ok && cur.rev > r.Rev {
+		newer = true
+	} else if t.flying && t.fl.rev > r.Rev {
+		newer = true
+	}
+	switch {
+	case r.Unsure && newer:
+		// The watch brought a newer revision before the claim's outcome: it may be that claim.
+		// A worker reads the record back and publishes the attempt if so.
+		c.fires = append(c.fires, Job{Kind: Fire, ID: r.ID, Rev: r.Rev, Due: c.now.Ms, Unsure: true})
+		return
+	case newer:
+		return // a newer revision is indexed already
+	case r.Unsure:
+		t.unsure = r.Rev
+	case r.Behind:
+		if !t.flying || t.fl.rev != r.Rev {
+			return // a delete or a newer revision came meanwhile
+		}
+		t.behind++
+		if t.behind > maxReadBehind {
+			t.behind = 0
+			t.endFlight()
+			c.ready.Behind = append(c.ready.Behind, r.ID)
+			return
+		}
+		r.At = AddMs(c.now.Ms, min(readBehindRetry<<(t.behind-1), RetryStoreAfter))
+	}
+	due := r.At
+	if t.flying && t.fl.rev <= r.Rev {
+		due = min(due, t.fl.due)
+		t.endFlight()
+	}
+	c.idx.put(r.ID, r.At, r.Rev, r.Kind)
+	if r.Retry && r.Kind == Fire && due < r.At {
+		t.retry, t.retryDue = true, due // still overdue while it waits for its retry
+	}
+}
+
+// forget drops everything the core holds of task id.
+func (c *Core) forget(id string) {
+	c.idx.remove(id)
+	if t := c.tasks[id]; t != nil {
+		c.dropNear(t)
+		c.setHeld(t, nil)
+		delete(c.tasks, id)
+	}
+}

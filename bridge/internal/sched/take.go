@@ -1,0 +1,155 @@
+package sched
+
+import "time"
+
+// Take moves due steps from the index into the job queues, in deadline order, while the queues
+// have room; the rest stays indexed until a later turn. alive says whether this replica's
+// heartbeats are confirmed: fenced, it takes nothing until they are. connected says whether
+// its connection to NATS is up (a held fire is not published into the reconnect buffer).
+func (c *Core) Take(alive, connected bool) {
+	c.prune()
+	if !alive {
+		c.flushReads()
+		return
+	}
+	c.PublishDue(true, connected)
+	ms := c.now.Ms
+	for len(c.fires) < MaxQueued {
+		n, ok := c.idx.peek(heapFire)
+		if !ok || SubMs(n.due, c.ahead) > ms {
+			break
+		}
+		c.idx.pop(heapFire)
+		if n.kind == PreRead {
+			// Index the fire itself now; the read, if it comes back in time, only adds the payload.
+			c.idx.put(n.id, AddMs(n.due, c.cfg.PreRead), n.rev, Fire)
+			c.preRead(n.id)
+			continue
+		}
+		c.takeFire(n)
+	}
+	for len(c.house) < MaxQueued {
+		n, ok := c.idx.peek(heapHouse)
+		if !ok || n.due > ms {
+			break
+		}
+		c.idx.pop(heapHouse)
+		c.house = append(c.house, Job{Kind: Lease, ID: n.id, Rev: n.rev, Due: n.due})
+		t := c.ensure(n.id)
+		t.fl, t.flying = flight{rev: n.rev, queued: true, due: n.due}, true
+	}
+	c.flushReads()
+}
+
+// takeFire queues the fire of n, taken from the index.
+func (c *Core) takeFire(n slotEntry) {
+	j := Job{Kind: Fire, ID: n.id, Rev: n.rev, Due: n.due, Ahead: c.ahead, Taken: c.now.Mono}
+	t := c.ensure(n.id)
+	if t.unsure != 0 && t.unsure == n.rev {
+		j.Unsure = true // the worker owns the read-back now
+		t.unsure = 0
+	}
+	if t.retry {
+		j.Due = t.retryDue
+		t.retry, t.retryDue = false, 0
+	}
+	if e := t.near; e != nil {
+		c.dropNear(t)
+		if e.Revision == n.rev {
+			j.Entry = e
+		}
+	}
+	c.fires = append(c.fires, j)
+	t.fl, t.flying = flight{rev: n.rev, queued: true, due: j.Due}, true
+}
+
+// preRead queues id for the next batched pre-read, if the pre-read bounds leave room.
+func (c *Core) preRead(id string) {
+	if c.nearN+len(c.reads) < c.cfg.MaxPreReadTasks && c.nearBytes < c.cfg.MaxPreReadBytes {
+		c.reads = append(c.reads, id)
+	}
+}
+
+// flushReads turns the ids collected for pre-reading into batched read jobs, while the
+// housekeeping queue has room.
+func (c *Core) flushReads() {
+	for len(c.reads) > 0 && len(c.house) < MaxQueued {
+		n := min(len(c.reads), preReadBatch)
+		c.house = append(c.house, Job{Kind: PreRead, IDs: c.reads[:n:n]})
+		c.reads = c.reads[n:]
+	}
+	if len(c.reads) == 0 {
+		c.reads = nil
+	}
+}
+
+// prune forgets, every 10 × flightStale, steps a worker took that long ago and never reported:
+// the reconciler repairs their records.
+func (c *Core) prune() {
+	if c.now.Mono.Sub(c.lastPrune) < 10*flightStale {
+		return
+	}
+	c.lastPrune = c.now.Mono
+	for id, t := range c.tasks {
+		if t.flying && !t.fl.queued && c.now.Mono.Sub(t.fl.at) >= 10*flightStale {
+			t.endFlight()
+			c.tidy(id)
+		}
+	}
+}
+
+// Next is the job to hand out next (fires first, a housekeeping job after every houseEvery
+// fires); false when there is none. Sent tells the core that a worker took it.
+func (c *Core) Next() (Job, bool) {
+	c.fromHouse = len(c.house) > 0 && (len(c.fires) == 0 || c.firesInRow >= houseEvery)
+	switch {
+	case c.fromHouse:
+		return c.house[0], true
+	case len(c.fires) > 0:
+		return c.fires[0], true
+	}
+	return Job{}, false
+}
+
+// Sent drops the job j, which Next returned, from its queue: the step is now in a worker's hands.
+func (c *Core) Sent(j Job) {
+	if t := c.tasks[j.ID]; t != nil && j.Kind != PreRead && t.flying && t.fl.rev == j.Rev {
+		t.fl = flight{rev: j.Rev, at: c.now.Mono, due: t.fl.due}
+	}
+	if j.Kind == Fire && j.Ahead > 0 {
+		c.aheadUntil = max(c.aheadUntil, j.Due)
+	}
+	q := &c.fires
+	c.firesInRow++
+	if c.fromHouse {
+		q, c.firesInRow = &c.house, 0
+	}
+	(*q)[0] = Job{}
+	*q = (*q)[1:]
+	if len(*q) == 0 {
+		*q = nil
+	}
+}
+
+// Wait is how long the caller may sleep before the next Take could take a step: at most limit.
+func (c *Core) Wait(alive bool, limit time.Duration) time.Duration {
+	d := limit
+	if !alive {
+		return d
+	}
+	// PeekDue, not peek: only the due times matter here, and it copies no id.
+	if len(c.fires) < MaxQueued {
+		if due, ok := c.idx.x.PeekDue(heapFire); ok {
+			d = c.now.Until(SubMs(due, c.ahead), d)
+		}
+	}
+	if due, ok := c.idx.x.PeekDue(heapPublish); ok {
+		d = c.now.Until(due, d)
+	}
+	if len(c.house) < MaxQueued {
+		if due, ok := c.idx.x.PeekDue(heapHouse); ok {
+			d = c.now.Until(due, d)
+		}
+	}
+	return d
+}
