@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/axbridge/axbridge/bridge/internal/membership"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -85,16 +86,18 @@ type Bridge struct {
 
 	outage *outageLog // store failures of task steps, logged once per change of state
 
-	// Membership and ownership (members.go, housekeeper.go).
+	// Membership and ownership (members.go, package membership). Written by the membership
+	// goroutine through its callbacks unless said otherwise.
 	members     Membership
-	nparts      int                       // the bucket's partition count
-	own         atomic.Pointer[ownership] // written by the membership goroutine, read by everyone
-	ownChanged  chan struct{}             // membership goroutine → loop: the owned set changed (capacity 1)
-	house       atomic.Bool               // this replica is the housekeeper
-	liveMembers atomic.Int64              // live replicas in this replica's view, itself included
-	memberState *memberState              // set by Start; read by Stop once membersRun is done
-	membersRun  sync.WaitGroup            // heartbeats, the member view, the housekeeper
-	stopMembers context.CancelFunc        // ends them
+	nparts      int                        // the bucket's partition count
+	own         atomic.Pointer[ownership]  // read by everyone
+	ownChanged  chan struct{}              // membership goroutine → loop: the owned set changed (capacity 1)
+	house       atomic.Bool                // this replica is the housekeeper; read by the purge loop and metrics
+	liveMembers atomic.Int64               // live replicas in this replica's view, itself included
+	ackSub      map[int]*nats.Subscription // ack subscriptions by partition; read by Stop once the member stopped
+	member      *membership.Member         // set by Start, stopped by Stop
+	membersRun  sync.WaitGroup             // the intake purge loop
+	stopMembers context.CancelFunc         // ends it
 }
 
 // lifecycle is a Bridge's state: new → starting → running → stopping → stopped.
@@ -404,20 +407,14 @@ func (b *Bridge) shutdown(ctx context.Context) error {
 	}
 	// No more claims: stop heartbeating and leave, so that the others take the partitions over at
 	// once. The ack subscriptions stay until the acks already sent are applied.
-	if b.stopMembers != nil {
-		b.stopMembers()
-		if !waitCtx(ctx, &b.membersRun) {
-			errs = append(errs, errors.New("membership still running"))
-		} else if b.memberState != nil {
-			b.ackSubs = b.memberState.ackSubscriptions()
-		}
-		lctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := b.members.Leave(lctx, b.cfg.ReplicaID)
-		cancel()
+	if b.member != nil {
+		left, err := b.stopMember(ctx)
 		if err != nil {
-			b.log.Debug("leave the replicas; the heartbeat key expires instead", "err", err)
+			errs = append(errs, err)
+		} else {
+			b.ackSubs = b.ackSubscriptions()
 		}
-		b.handOverAcks(ctx, err == nil)
+		b.handOverAcks(ctx, left)
 	}
 	// Drain delivers the acks the server already sent, then closes the subscriptions.
 	for _, sub := range b.ackSubs {

@@ -27,11 +27,11 @@
 //     is not part of the fire's lateness.
 //   - Acks arrive on one subscription per owned partition (ax.ack.*.<partition>.>), which also
 //     receives NATS's no-responders status when nobody was subscribed to the fire subject.
-//   - Replicas (members.go): each heartbeats in the members bucket, computes from the live set
-//     which partitions it owns, and watches, claims, fires and takes acks only in those; one that
-//     stops heartbeating loses them within a lease and stops claiming itself before that. One
-//     replica is elected housekeeper (housekeeper.go): it reports the member count and purges the
-//     intake stream.
+//   - Replicas (package membership; members.go runs it): each heartbeats in the members bucket,
+//     computes from the live set which partitions it owns, and watches, claims, fires and takes
+//     acks only in those; one that stops heartbeating loses them within a lease and stops claiming
+//     itself before that. One replica is elected housekeeper: it reports the member count and
+//     purges the intake stream.
 //
 // Every state change is a compare-and-swap on the record's revision, so several bridges on one
 // bucket never fire an attempt twice; a task fires again only after its attempt failed.
