@@ -202,4 +202,3 @@ func readyLines(r Ready) []string {
 	}
 	return out
 }
-
