@@ -24,17 +24,17 @@ func (a elem) before(b elem) bool {
 // heap is a 4-ary min-heap ordered by (due, seq); each node knows its position.
 type heap []elem
 
-func (h heap) set(nodes []node, p int, e elem) {
+func (h heap) set(nodes *slab, p int, e elem) {
 	h[p] = e
-	nodes[e.i].pos = int32(p)
+	nodes.at(e.i).pos = int32(p)
 }
 
-func (h *heap) push(nodes []node, e elem) {
+func (h *heap) push(nodes *slab, e elem) {
 	*h = append(*h, e)
 	h.up(nodes, len(*h)-1)
 }
 
-func (h *heap) removeAt(nodes []node, p int) {
+func (h *heap) removeAt(nodes *slab, p int) {
 	last := len(*h) - 1
 	if p != last {
 		h.set(nodes, p, (*h)[last])
@@ -49,7 +49,7 @@ func (h *heap) removeAt(nodes []node, p int) {
 	}
 }
 
-func (h heap) up(nodes []node, p int) {
+func (h heap) up(nodes *slab, p int) {
 	e := h[p]
 	for p > 0 {
 		parent := (p - 1) / arity
@@ -62,7 +62,7 @@ func (h heap) up(nodes []node, p int) {
 	h.set(nodes, p, e)
 }
 
-func (h heap) down(nodes []node, p int) {
+func (h heap) down(nodes *slab, p int) {
 	n := len(h)
 	e := h[p]
 	for {
@@ -88,7 +88,7 @@ func (h heap) down(nodes []node, p int) {
 // countDue adds to n the entries of kind due at or before t, and lowers earliest to the
 // earliest of them (when n was 0, sets it); it visits only entries due by then (and their
 // children), not the whole heap.
-func (h heap) countDue(nodes []node, t int64, kind uint8, n *int, earliest *int64) {
+func (h heap) countDue(nodes *slab, t int64, kind uint8, n *int, earliest *int64) {
 	var buf [64]int
 	stack := buf[:0]
 	if len(h) > 0 {
@@ -100,7 +100,7 @@ func (h heap) countDue(nodes []node, t int64, kind uint8, n *int, earliest *int6
 		if p >= len(h) || h[p].due > t {
 			continue
 		}
-		if nodes[h[p].i].kind == kind {
+		if nodes.at(h[p].i).kind == kind {
 			if *n == 0 || h[p].due < *earliest {
 				*earliest = h[p].due
 			}

@@ -24,7 +24,7 @@ type Entry struct {
 // nothing to mark in them), and a map that grows moves 64-bit keys, not strings.
 type Index struct {
 	byHash map[uint64]int32 // id hash → the node of that id, or the first of those whose ids share the hash
-	nodes  []node           // slab; a free node has pos -1, and free ones are chained through next
+	nodes  slab             // a free node has pos -1, and free ones are chained through next
 	free   int32            // first free node, or -1
 	n      int              // entries
 	queues []queue
@@ -94,8 +94,8 @@ func (x *Index) find(id string, h uint64) int32 {
 	if !ok {
 		return -1
 	}
-	for ; i >= 0; i = x.nodes[i].next {
-		if string(x.idOf(&x.nodes[i])) == id {
+	for ; i >= 0; i = x.nodes.at(i).next {
+		if string(x.idOf(x.nodes.at(i))) == id {
 			return i
 		}
 	}
@@ -103,7 +103,7 @@ func (x *Index) find(id string, h uint64) int32 {
 }
 
 func (x *Index) entry(i int32, id string) Entry {
-	n := &x.nodes[i]
+	n := x.nodes.at(i)
 	return Entry{ID: id, Due: (*x.heapOf(n))[n.pos].due, Value: n.value, Kind: n.kind}
 }
 
@@ -127,7 +127,7 @@ func (x *Index) Put(q int, e Entry) {
 	h := x.hashString(e.ID)
 	i := x.find(e.ID, h)
 	if i >= 0 {
-		n := &x.nodes[i]
+		n := x.nodes.at(i)
 		x.unlink(n)
 		n.value, n.kind, n.queue = e.Value, e.Kind, uint8(q)
 	} else {
@@ -141,16 +141,15 @@ func (x *Index) Put(q int, e Entry) {
 		}
 		if x.free >= 0 {
 			i = x.free
-			x.free = x.nodes[i].next
+			x.free = x.nodes.at(i).next
 		} else {
-			i = int32(len(x.nodes))
-			x.nodes = append(x.nodes, node{})
+			i = x.nodes.add()
 		}
 		next, ok := x.byHash[h]
 		if !ok {
 			next = -1
 		}
-		x.nodes[i] = node{value: e.Value, off: uint32(len(x.ids)), len: uint16(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q)}
+		*x.nodes.at(i) = node{value: e.Value, off: uint32(len(x.ids)), len: uint16(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q)}
 		x.ids = append(x.ids, e.ID...)
 		x.byHash[h] = i
 		x.n++
@@ -166,7 +165,7 @@ func (x *Index) Remove(id string) bool {
 	if i < 0 {
 		return false
 	}
-	x.unlink(&x.nodes[i])
+	x.unlink(x.nodes.at(i))
 	x.release(i, h)
 	return true
 }
@@ -178,7 +177,7 @@ func (x *Index) Peek(q int) (Entry, bool) {
 		return Entry{}, false
 	}
 	i := (*h)[0].i
-	return x.entry(i, string(x.idOf(&x.nodes[i]))), true
+	return x.entry(i, string(x.idOf(x.nodes.at(i)))), true
 }
 
 // PeekDue returns the due time of the earliest entry of queue q, without copying its id as Peek
@@ -199,9 +198,9 @@ func (x *Index) Pop(q int) (Entry, bool) {
 		return Entry{}, false
 	}
 	i := (*h)[0].i
-	id := x.idOf(&x.nodes[i])
+	id := x.idOf(x.nodes.at(i))
 	e := x.entry(i, string(id))
-	x.unlink(&x.nodes[i])
+	x.unlink(x.nodes.at(i))
 	x.release(i, x.hashBytes(id))
 	return e, true
 }
@@ -227,15 +226,15 @@ func (x *Index) PopSlot(q, max int, fn func(Entry)) int {
 // children in a heap), not the whole queue.
 func (x *Index) CountDue(q int, t int64, kind uint8) (n int, earliest int64) {
 	qu := &x.queues[q]
-	qu.late.countDue(x.nodes, t, kind, &n, &earliest)
+	qu.late.countDue(&x.nodes, t, kind, &n, &earliest)
 	x.countWheel(qu, t, kind, &n, &earliest)
-	qu.far.countDue(x.nodes, t, kind, &n, &earliest)
+	qu.far.countDue(&x.nodes, t, kind, &n, &earliest)
 	return n, earliest
 }
 
 // release frees node i, already out of its heap, whose id hashes to h.
 func (x *Index) release(i int32, h uint64) {
-	n := &x.nodes[i]
+	n := x.nodes.at(i)
 	if head := x.byHash[h]; head == i {
 		if n.next >= 0 {
 			x.byHash[h] = n.next
@@ -244,21 +243,19 @@ func (x *Index) release(i int32, h uint64) {
 		}
 	} else {
 		p := head
-		for x.nodes[p].next != i {
-			p = x.nodes[p].next
+		for x.nodes.at(p).next != i {
+			p = x.nodes.at(p).next
 		}
-		x.nodes[p].next = n.next
+		x.nodes.at(p).next = n.next
 	}
 	x.garbage += int(n.len)
-	x.nodes[i] = node{pos: -1, next: x.free}
+	*n = node{pos: -1, next: x.free}
 	x.free = i
 	x.n--
 	switch {
 	case x.n == 0: // let a drained backlog's slab and ids go
-		x.nodes, x.free, x.ids, x.garbage = x.nodes[:0], -1, x.ids[:0], 0
-		if cap(x.nodes) > 1<<16 {
-			x.nodes = nil
-		}
+		x.nodes.reset()
+		x.free, x.ids, x.garbage = -1, x.ids[:0], 0
 		if cap(x.ids) > 1<<20 {
 			x.ids = nil
 		}
@@ -271,8 +268,8 @@ func (x *Index) release(i int32, h uint64) {
 // bytes), after at least as many bytes were removed.
 func (x *Index) compact() {
 	ids := make([]byte, 0, len(x.ids)-x.garbage)
-	for k := range x.nodes {
-		n := &x.nodes[k]
+	for k := range x.nodes.len {
+		n := x.nodes.at(k)
 		if n.pos < 0 {
 			continue
 		}

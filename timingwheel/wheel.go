@@ -86,24 +86,24 @@ func (x *Index) heapOf(n *node) *heap {
 
 // place puts e, whose node is out of every heap, into its heap in queue q.
 func (x *Index) place(q int, e elem) {
-	qu, n := &x.queues[q], &x.nodes[e.i]
+	qu, n := &x.queues[q], x.nodes.at(e.i)
 	switch {
 	case !x.started:
 		n.where = inFar
-		qu.far.push(x.nodes, e)
+		qu.far.push(&x.nodes, e)
 	case e.due < x.cur:
 		n.where = inLate
-		qu.late.push(x.nodes, e)
+		qu.late.push(&x.nodes, e)
 	case x.inWindow(e.due):
 		s := x.slotOf(e.due)
 		n.where = int32(s)
-		qu.slots[s].push(x.nodes, e)
+		qu.slots[s].push(&x.nodes, e)
 		qu.bits[s/64] |= 1 << (s % 64)
 		qu.wheeled++
 		qu.hint = min(qu.hint, e.due-x.cur)
 	default:
 		n.where = inFar
-		qu.far.push(x.nodes, e)
+		qu.far.push(&x.nodes, e)
 	}
 }
 
@@ -111,10 +111,10 @@ func (x *Index) place(q int, e elem) {
 func (x *Index) unlink(n *node) {
 	switch s := n.where; s {
 	case inFar, inLate:
-		x.heapOf(n).removeAt(x.nodes, int(n.pos))
+		x.heapOf(n).removeAt(&x.nodes, int(n.pos))
 	default:
 		qu := &x.queues[n.queue]
-		qu.slots[s].removeAt(x.nodes, int(n.pos))
+		qu.slots[s].removeAt(&x.nodes, int(n.pos))
 		qu.wheeled--
 		if len(qu.slots[s]) == 0 {
 			qu.bits[s/64] &^= 1 << (s % 64)
@@ -200,8 +200,8 @@ func (x *Index) passOver(qu *queue, d uint64) {
 // lateSlot moves the entries of slot s into late.
 func (x *Index) lateSlot(qu *queue, s int64) {
 	for _, e := range qu.slots[s] {
-		x.nodes[e.i].where = inLate
-		qu.late.push(x.nodes, e)
+		x.nodes.at(e.i).where = inLate
+		qu.late.push(&x.nodes, e)
 	}
 	qu.wheeled -= len(qu.slots[s])
 	qu.slots[s] = qu.slots[s][:0]
@@ -219,10 +219,10 @@ func (x *Index) pull(q int, entering func(Entry)) {
 		if e.due >= x.cur && !x.inWindow(e.due) {
 			break
 		}
-		qu.far.removeAt(x.nodes, 0)
+		qu.far.removeAt(&x.nodes, 0)
 		x.place(q, e)
 		if entering != nil {
-			entering(x.entry(e.i, string(x.idOf(&x.nodes[e.i]))))
+			entering(x.entry(e.i, string(x.idOf(x.nodes.at(e.i)))))
 		}
 	}
 }
@@ -241,7 +241,7 @@ func (x *Index) countWheel(qu *queue, t int64, kind uint8, n *int, earliest *int
 			break
 		}
 		for _, e := range qu.slots[x.slotOf(x.cur+off)] {
-			if x.nodes[e.i].kind == kind {
+			if x.nodes.at(e.i).kind == kind {
 				if *n == 0 || e.due < *earliest {
 					*earliest = e.due
 				}
