@@ -162,6 +162,13 @@ func TestIntakeStoreErrors(t *testing.T) {
 		t.Error("a stored task was also rejected")
 	}
 
+	checkStoreErrorsReported(t, reg, logs.String())
+}
+
+// checkStoreErrorsReported checks the metrics and logs of TestIntakeStoreErrors: six failed
+// creates, five of unknown outcome, four redeliveries, and one outage logged with its end.
+func checkStoreErrorsReported(t *testing.T, reg *prometheus.Registry, out string) {
+	t.Helper()
 	if got := metricValue(t, reg, "ax_store_errors_total", "create"); got != 6 {
 		t.Errorf("ax_store_errors_total{op=create} = %v, want 6", got)
 	}
@@ -171,7 +178,6 @@ func TestIntakeStoreErrors(t *testing.T) {
 	if got := metricValue(t, reg, "ax_intake_redeliveries_total"); got != 4 {
 		t.Errorf("ax_intake_redeliveries_total = %v, want 4", got)
 	}
-	out := logs.String()
 	if n := strings.Count(out, "task store unavailable"); n != 1 {
 		t.Errorf("outage logged %d times, want once:\n%s", n, out)
 	}

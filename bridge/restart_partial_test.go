@@ -42,21 +42,7 @@ func TestRestartFiresWithPayloads(t *testing.T) {
 	// Payloads of some KiB, so that the bucket's records are large enough to be loaded
 	// headers-only.
 	payload := func(id string) string { return strings.Repeat(id+"|", 800) }
-	for i := range n {
-		id := fmt.Sprintf("r-%d", i)
-		due := now - 5000 // overdue
-		if i%2 == 1 {
-			due = now + 300 // due in a moment
-		}
-		_, err := store.Create(ctx, &kvstore.Task{
-			ID: id, BizType: "restart", Payload: []byte(payload(id)), Header: map[string][]string{"X-Id": {id}},
-			Status: kvstore.StatusWaiting, DueAt: due, MaxRetry: 3, AckWait: 30 * time.Second,
-			Backoff: []time.Duration{time.Hour}, CreatedAt: now, UpdatedAt: now,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	createRestartTasks(ctx, t, store, n, now, payload)
 
 	var mu sync.Mutex
 	fired := map[string]int{}
@@ -111,6 +97,35 @@ func TestRestartFiresWithPayloads(t *testing.T) {
 	mu.Lock()
 	ids := slices.Collect(maps.Keys(fired))
 	mu.Unlock()
+	checkAllSuccess(ctx, t, store, ids)
+	<-time.After(500 * time.Millisecond)
+}
+
+// createRestartTasks creates n WAITING tasks r-0 to r-<n-1> of bizType restart, each with its
+// payload and an X-Id header of its id: the even ones 5 s overdue at now, the odd ones due 300 ms
+// after it.
+func createRestartTasks(ctx context.Context, t *testing.T, store *kvstore.JetStore, n int, now int64, payload func(id string) string) {
+	t.Helper()
+	for i := range n {
+		id := fmt.Sprintf("r-%d", i)
+		due := now - 5000 // overdue
+		if i%2 == 1 {
+			due = now + 300 // due in a moment
+		}
+		_, err := store.Create(ctx, &kvstore.Task{
+			ID: id, BizType: "restart", Payload: []byte(payload(id)), Header: map[string][]string{"X-Id": {id}},
+			Status: kvstore.StatusWaiting, DueAt: due, MaxRetry: 3, AckWait: 30 * time.Second,
+			Backoff: []time.Duration{time.Hour}, CreatedAt: now, UpdatedAt: now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkAllSuccess checks that the record of every id becomes SUCCESS within 10 s.
+func checkAllSuccess(ctx context.Context, t *testing.T, store *kvstore.JetStore, ids []string) {
+	t.Helper()
 	for _, id := range ids {
 		if !bridge.CheckFor(10*time.Second, func() bool {
 			e, err := store.Get(ctx, id)
@@ -119,5 +134,4 @@ func TestRestartFiresWithPayloads(t *testing.T) {
 			t.Errorf("task %s is not SUCCESS", id)
 		}
 	}
-	<-time.After(500 * time.Millisecond)
 }

@@ -78,15 +78,10 @@ func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *r
 		return kvstore.Task{}, reject(CodeBadBizType,
 			"subject %q: the bizType must be one token of 1-64 characters from [A-Za-z0-9_-] after %q", m.subject, c.subj.schedule)
 	}
-	id := m.header.Get(HeaderTaskID)
-	if _, given := m.header[HeaderTaskID]; given {
-		if err := kvstore.ValidateID(id); err != nil {
-			return kvstore.Task{}, reject(CodeBadTaskID, "%s: %s", HeaderTaskID, strings.TrimPrefix(err.Error(), "kvstore: "))
-		}
-	} else {
-		id = generatedID(m.accepted, m.seq)
+	id, rej := taskID(m)
+	if rej != nil {
+		return kvstore.Task{}, rej
 	}
-
 	due, rej := c.parseDue(m.header, m.accepted)
 	if rej != nil {
 		return kvstore.Task{}, rej
@@ -101,31 +96,65 @@ func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *r
 		AckWait:  c.AckWait,
 		Backoff:  c.Backoff,
 	}
-	if v, given := headerValue(m.header, HeaderMaxRetry); given {
+	if rej := parsePolicy(m.header, &t); rej != nil {
+		return kvstore.Task{}, rej
+	}
+	if size := keepHeaders(m, &t); size > c.MaxPayload {
+		return kvstore.Task{}, reject(CodePayloadTooLarge, "payload and headers are %d bytes; the limit is %d", size, c.MaxPayload)
+	}
+	acceptedMs := m.accepted.UnixMilli()
+	t.CreatedAt, t.UpdatedAt = acceptedMs, acceptedMs
+	t.Fingerprint = fingerprint(biz, m.payload, m.header)
+	if rej := checkRecord(&t, recordLimit); rej != nil {
+		return kvstore.Task{}, rej
+	}
+	return t, nil
+}
+
+// taskID is the task id m gives, or one generated from where the stream put m.
+func taskID(m scheduleMsg) (string, *rejection) {
+	id := m.header.Get(HeaderTaskID)
+	if _, given := m.header[HeaderTaskID]; !given {
+		return generatedID(m.accepted, m.seq), nil
+	}
+	if err := kvstore.ValidateID(id); err != nil {
+		return "", reject(CodeBadTaskID, "%s: %s", HeaderTaskID, strings.TrimPrefix(err.Error(), "kvstore: "))
+	}
+	return id, nil
+}
+
+// parsePolicy sets t's retry policy from the headers that override the defaults.
+func parsePolicy(h nats.Header, t *kvstore.Task) *rejection {
+	if v, given := headerValue(h, HeaderMaxRetry); given {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 || n > maxMaxRetry {
-			return kvstore.Task{}, reject(CodeBadMaxRetry, "%s %q: want an integer from 0 to %d", HeaderMaxRetry, v, maxMaxRetry)
+			return reject(CodeBadMaxRetry, "%s %q: want an integer from 0 to %d", HeaderMaxRetry, v, maxMaxRetry)
 		}
 		t.MaxRetry = n
 	}
-	if v, given := headerValue(m.header, HeaderAckWait); given {
+	if v, given := headerValue(h, HeaderAckWait); given {
 		d, err := parseDuration(v)
 		if err == nil {
 			err = checkAckWait(d)
 		}
 		if err != nil {
-			return kvstore.Task{}, reject(CodeBadAckWait, "%s %q: %v", HeaderAckWait, v, err)
+			return reject(CodeBadAckWait, "%s %q: %v", HeaderAckWait, v, err)
 		}
 		t.AckWait = d
 	}
-	if v, given := headerValue(m.header, HeaderBackoff); given {
+	if v, given := headerValue(h, HeaderBackoff); given {
 		b, err := ParseBackoff(v)
 		if err != nil {
-			return kvstore.Task{}, reject(CodeBadBackoff, "%s %q: %v", HeaderBackoff, v, err)
+			return reject(CodeBadBackoff, "%s %q: %v", HeaderBackoff, v, err)
 		}
 		t.Backoff = b
 	}
+	return nil
+}
 
+// keepHeaders copies m's headers other than the control ones into t, and returns the size of the
+// payload and those headers.
+func keepHeaders(m scheduleMsg, t *kvstore.Task) int {
 	size := len(m.payload)
 	for k, vs := range m.header {
 		if isControlHeader(k) {
@@ -139,25 +168,25 @@ func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *r
 			size += len(k) + len(v)
 		}
 	}
-	if size > c.MaxPayload {
-		return kvstore.Task{}, reject(CodePayloadTooLarge, "payload and headers are %d bytes; the limit is %d", size, c.MaxPayload)
+	return size
+}
+
+// checkRecord refuses t if its encoded record is over recordLimit bytes (0: not checked).
+func checkRecord(t *kvstore.Task, recordLimit int) *rejection {
+	if recordLimit <= 0 {
+		return nil
 	}
-	acceptedMs := m.accepted.UnixMilli()
-	t.CreatedAt, t.UpdatedAt = acceptedMs, acceptedMs
-	t.Fingerprint = fingerprint(biz, m.payload, m.header)
-	if recordLimit > 0 {
-		// The record is what the server must take: metadata, and headers in the record's lossless
-		// form (base64 when not UTF-8), so it is larger than what the client sent.
-		n, err := kvstore.EncodedLen(&t)
-		if err != nil {
-			return kvstore.Task{}, reject(CodePayloadTooLarge, "the task cannot be encoded: %v", err)
-		}
-		if n > recordLimit {
-			return kvstore.Task{}, reject(CodePayloadTooLarge,
-				"the stored record would be %d bytes (payload %d, headers as stored, metadata); the server takes at most %d", n, len(m.payload), recordLimit)
-		}
+	// The record is what the server must take: metadata, and headers in the record's lossless
+	// form (base64 when not UTF-8), so it is larger than what the client sent.
+	n, err := kvstore.EncodedLen(t)
+	if err != nil {
+		return reject(CodePayloadTooLarge, "the task cannot be encoded: %v", err)
 	}
-	return t, nil
+	if n > recordLimit {
+		return reject(CodePayloadTooLarge,
+			"the stored record would be %d bytes (payload %d, headers as stored, metadata); the server takes at most %d", n, len(t.Payload), recordLimit)
+	}
+	return nil
 }
 
 // fingerprint identifies what the client sent: the bizType, the payload and every header as

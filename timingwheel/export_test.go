@@ -2,10 +2,9 @@ package timingwheel
 
 import "unsafe"
 
-// NewCollidingForTest is New with a hash of only buckets values, so that ids share hashes and
-// their nodes chain, and with ids compacted as soon as garbage is over half of them.
-func NewCollidingForTest(queues int, buckets uint64) *Index {
-	x := New(queues)
+// CollideForTest gives x, still empty, a hash of only buckets values, so that ids share hashes
+// and their nodes chain, and has its ids compacted as soon as garbage is over half of them.
+func CollideForTest(x *Index, buckets uint64) *Index {
 	x.hash = func(id string) uint64 {
 		var h uint64
 		for i := 0; i < len(id); i++ {
@@ -17,5 +16,11 @@ func NewCollidingForTest(queues int, buckets uint64) *Index {
 	return x
 }
 
-// NodeSizeForTest is the size of one entry's node.
-const NodeSizeForTest = unsafe.Sizeof(node{})
+// SetSeqForTest sets the insertion counter, to test its wrap-around.
+func SetSeqForTest(x *Index, seq uint32) { x.seq = seq }
+
+// Sizes of one entry's node and heap element.
+const (
+	NodeSizeForTest = unsafe.Sizeof(node{})
+	ElemSizeForTest = unsafe.Sizeof(elem{})
+)

@@ -17,18 +17,22 @@ type Entry struct {
 }
 
 // Index is the set of pending entries, at most one per id, in a fixed number of queues. The zero
-// value is not usable: call New. It is meant for one owner goroutine.
+// value is not usable: call New or NewWheel. It is meant for one owner goroutine.
 //
 // Nothing in it holds a pointer per entry: the ids are bytes in one arena, found through a map
 // from the id's hash to its node, so the garbage collector never walks the entries (it has
 // nothing to mark in them), and a map that grows moves 64-bit keys, not strings.
 type Index struct {
 	byHash map[uint64]int32 // id hash → the node of that id, or the first of those whose ids share the hash
-	nodes  []node           // slab; a free node has pos -1, and free ones are chained through next
+	nodes  slab             // a free node has pos -1, and free ones are chained through next
 	free   int32            // first free node, or -1
 	n      int              // entries
-	queues []heap
-	seq    uint64 // insertion counter, for ties in deadline order
+	queues []queue
+	seq    uint32 // insertion counter, for ties in deadline order
+
+	span    int64 // of the wheel in each queue; 0: none, every entry is in far
+	cur     int64 // the wheel's first slot is due at cur
+	started bool  // Advance was called: until then every entry is in far
 
 	ids        []byte // every entry's id, back to back (node.off, node.len); removed ones stay as garbage
 	garbage    int    // bytes of ids that no entry holds: compacted away once they are over half of ids
@@ -38,12 +42,13 @@ type Index struct {
 	hash func(id string) uint64 // nil: maphash with seed; tests set one with collisions
 }
 
-// node is one entry, 24 bytes; its due time lives in its heap element.
+// node is one entry, 32 bytes; its due time lives in its heap element.
 type node struct {
 	value uint64
 	off   uint32 // its id is ids[off:off+len]
 	pos   int32  // position in its heap; -1 while free
 	next  int32  // the next node whose id has the same hash, or -1; while free, the next free node
+	where int32  // its heap: inFar, inLate, or the index of its slot
 	len   uint16 // of its id
 	kind  uint8
 	queue uint8
@@ -60,7 +65,7 @@ func New(queues int) *Index {
 	if queues < 1 || queues > 256 {
 		panic(fmt.Sprintf("timingwheel: %d queues, want 1 to 256", queues))
 	}
-	return &Index{byHash: make(map[uint64]int32), free: -1, queues: make([]heap, queues),
+	return &Index{byHash: make(map[uint64]int32), free: -1, queues: make([]queue, queues),
 		seed: maphash.MakeSeed(), compactMin: 1 << 16}
 }
 
@@ -89,8 +94,8 @@ func (x *Index) find(id string, h uint64) int32 {
 	if !ok {
 		return -1
 	}
-	for ; i >= 0; i = x.nodes[i].next {
-		if string(x.idOf(&x.nodes[i])) == id {
+	for ; i >= 0; i = x.nodes.at(i).next {
+		if string(x.idOf(x.nodes.at(i))) == id {
 			return i
 		}
 	}
@@ -98,8 +103,8 @@ func (x *Index) find(id string, h uint64) int32 {
 }
 
 func (x *Index) entry(i int32, id string) Entry {
-	n := &x.nodes[i]
-	return Entry{ID: id, Due: x.queues[n.queue][n.pos].due, Value: n.value, Kind: n.kind}
+	n := x.nodes.at(i)
+	return Entry{ID: id, Due: (*x.heapOf(n))[n.pos].due, Value: n.value, Kind: n.kind}
 }
 
 // Get returns the entry of id.
@@ -122,8 +127,8 @@ func (x *Index) Put(q int, e Entry) {
 	h := x.hashString(e.ID)
 	i := x.find(e.ID, h)
 	if i >= 0 {
-		n := &x.nodes[i]
-		x.queues[n.queue].removeAt(x.nodes, int(n.pos))
+		n := x.nodes.at(i)
+		x.unlink(n)
 		n.value, n.kind, n.queue = e.Value, e.Kind, uint8(q)
 	} else {
 		if len(e.ID) > maxIDLen {
@@ -136,22 +141,21 @@ func (x *Index) Put(q int, e Entry) {
 		}
 		if x.free >= 0 {
 			i = x.free
-			x.free = x.nodes[i].next
+			x.free = x.nodes.at(i).next
 		} else {
-			i = int32(len(x.nodes))
-			x.nodes = append(x.nodes, node{})
+			i = x.nodes.add()
 		}
 		next, ok := x.byHash[h]
 		if !ok {
 			next = -1
 		}
-		x.nodes[i] = node{value: e.Value, off: uint32(len(x.ids)), len: uint16(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q)}
+		*x.nodes.at(i) = node{value: e.Value, off: uint32(len(x.ids)), len: uint16(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q)}
 		x.ids = append(x.ids, e.ID...)
 		x.byHash[h] = i
 		x.n++
 	}
 	x.seq++
-	x.queues[q].push(x.nodes, elem{due: e.Due, seq: x.seq, i: i})
+	x.place(q, elem{due: e.Due, seq: x.seq, i: i})
 }
 
 // Remove drops id's entry; false if it had none.
@@ -161,77 +165,76 @@ func (x *Index) Remove(id string) bool {
 	if i < 0 {
 		return false
 	}
-	n := &x.nodes[i]
-	x.queues[n.queue].removeAt(x.nodes, int(n.pos))
+	x.unlink(x.nodes.at(i))
 	x.release(i, h)
 	return true
 }
 
 // Peek returns the earliest entry of queue q.
 func (x *Index) Peek(q int) (Entry, bool) {
-	if len(x.queues[q]) == 0 {
+	h := x.top(q)
+	if len(*h) == 0 {
 		return Entry{}, false
 	}
-	i := x.queues[q][0].i
-	return x.entry(i, string(x.idOf(&x.nodes[i]))), true
+	i := (*h)[0].i
+	return x.entry(i, string(x.idOf(x.nodes.at(i)))), true
 }
 
 // PeekDue returns the due time of the earliest entry of queue q, without copying its id as Peek
 // does; false if q is empty.
 func (x *Index) PeekDue(q int) (int64, bool) {
-	if len(x.queues[q]) == 0 {
+	h := x.top(q)
+	if len(*h) == 0 {
 		return 0, false
 	}
-	return x.queues[q][0].due, true
+	return (*h)[0].due, true
 }
 
 // Pop removes and returns the earliest entry of queue q; false if q is empty. The caller decides
 // whether it is due: Peek first.
 func (x *Index) Pop(q int) (Entry, bool) {
-	h := x.queues[q]
-	if len(h) == 0 {
+	h := x.top(q)
+	if len(*h) == 0 {
 		return Entry{}, false
 	}
-	i := h[0].i
-	id := x.idOf(&x.nodes[i])
+	i := (*h)[0].i
+	id := x.idOf(x.nodes.at(i))
 	e := x.entry(i, string(id))
-	x.queues[q].removeAt(x.nodes, 0)
+	x.unlink(x.nodes.at(i))
 	x.release(i, x.hashBytes(id))
 	return e, true
 }
 
+// PopSlot pops up to max of the entries of queue q that share its earliest due time, in
+// insertion order, and calls fn with each; it returns how many. The caller decides whether they
+// are due: PeekDue first.
+func (x *Index) PopSlot(q, max int, fn func(Entry)) int {
+	first, _ := x.PeekDue(q)
+	n := 0
+	for ; n < max; n++ {
+		if due, ok := x.PeekDue(q); !ok || due != first {
+			break
+		}
+		e, _ := x.Pop(q)
+		fn(e)
+	}
+	return n
+}
+
 // CountDue counts the entries of kind in queue q that are due at or before t, and returns the
 // earliest due time among them (0 if none); it visits only entries due by then (and their
-// children), not the whole queue.
+// children in a heap), not the whole queue.
 func (x *Index) CountDue(q int, t int64, kind uint8) (n int, earliest int64) {
-	h := x.queues[q]
-	var buf [64]int
-	stack := buf[:0]
-	if len(h) > 0 {
-		stack = append(stack, 0)
-	}
-	for len(stack) > 0 {
-		p := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if p >= len(h) || h[p].due > t {
-			continue
-		}
-		if x.nodes[h[p].i].kind == kind {
-			if n == 0 || h[p].due < earliest {
-				earliest = h[p].due
-			}
-			n++
-		}
-		for c := arity*p + 1; c <= arity*p+arity; c++ {
-			stack = append(stack, c)
-		}
-	}
+	qu := &x.queues[q]
+	qu.late.countDue(&x.nodes, t, kind, &n, &earliest)
+	x.countWheel(qu, t, kind, &n, &earliest)
+	qu.far.countDue(&x.nodes, t, kind, &n, &earliest)
 	return n, earliest
 }
 
 // release frees node i, already out of its heap, whose id hashes to h.
 func (x *Index) release(i int32, h uint64) {
-	n := &x.nodes[i]
+	n := x.nodes.at(i)
 	if head := x.byHash[h]; head == i {
 		if n.next >= 0 {
 			x.byHash[h] = n.next
@@ -240,21 +243,19 @@ func (x *Index) release(i int32, h uint64) {
 		}
 	} else {
 		p := head
-		for x.nodes[p].next != i {
-			p = x.nodes[p].next
+		for x.nodes.at(p).next != i {
+			p = x.nodes.at(p).next
 		}
-		x.nodes[p].next = n.next
+		x.nodes.at(p).next = n.next
 	}
 	x.garbage += int(n.len)
-	x.nodes[i] = node{pos: -1, next: x.free}
+	*n = node{pos: -1, next: x.free}
 	x.free = i
 	x.n--
 	switch {
 	case x.n == 0: // let a drained backlog's slab and ids go
-		x.nodes, x.free, x.ids, x.garbage = x.nodes[:0], -1, x.ids[:0], 0
-		if cap(x.nodes) > 1<<16 {
-			x.nodes = nil
-		}
+		x.nodes.reset()
+		x.free, x.ids, x.garbage = -1, x.ids[:0], 0
 		if cap(x.ids) > 1<<20 {
 			x.ids = nil
 		}
@@ -267,8 +268,8 @@ func (x *Index) release(i int32, h uint64) {
 // bytes), after at least as many bytes were removed.
 func (x *Index) compact() {
 	ids := make([]byte, 0, len(x.ids)-x.garbage)
-	for k := range x.nodes {
-		n := &x.nodes[k]
+	for k := range x.nodes.len {
+		n := x.nodes.at(k)
 		if n.pos < 0 {
 			continue
 		}

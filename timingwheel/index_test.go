@@ -153,12 +153,12 @@ func TestNewRefusesQueueCounts(t *testing.T) {
 	}
 }
 
-// An entry's node is 24 bytes (the memory per entry in the package comment counts on it), and an
-// id too long for it is refused, not cut.
+// An entry's node is 32 bytes and its heap element 16 (the memory per entry in the package comment
+// counts on it), and an id too long for it is refused, not cut.
 func TestIndexNodeAndIDLimits(t *testing.T) {
 	t.Parallel()
-	if timingwheel.NodeSizeForTest != 24 {
-		t.Errorf("node of %d bytes, want 24", timingwheel.NodeSizeForTest)
+	if timingwheel.NodeSizeForTest != 32 || timingwheel.ElemSizeForTest != 16 {
+		t.Errorf("node of %d bytes, element of %d; want 32 and 16", timingwheel.NodeSizeForTest, timingwheel.ElemSizeForTest)
 	}
 	x := timingwheel.New(1)
 	x.Put(0, timingwheel.Entry{ID: strings.Repeat("a", 65535), Due: 1})
