@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/axbridge/axbridge/bridge/internal/sched"
+	"github.com/axbridge/axbridge/kvstore/record"
 )
 
 // Time in the loop. Due times are UTC Unix milliseconds (the record's, the wire's) and the loop
@@ -56,7 +57,7 @@ func (d *stepDetector) check(r reading) (step time.Duration, ok bool) {
 }
 
 // addMs returns ms + d in whole milliseconds (d rounded up), saturating at the ends of int64.
-func addMs(ms int64, d time.Duration) int64 { return sched.AddMs(ms, d) }
+func addMs(ms int64, d time.Duration) int64 { return record.AddMs(ms, d) }
 
 // subMs returns ms - d in whole milliseconds, saturating.
-func subMs(ms int64, d time.Duration) int64 { return sched.SubMs(ms, d) }
+func subMs(ms int64, d time.Duration) int64 { return record.SubMs(ms, d) }

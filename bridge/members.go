@@ -13,14 +13,7 @@ import (
 )
 
 // Membership is what the bridge needs from the membership bucket; *kvstore.Members implements it.
-type Membership interface {
-	Heartbeat(ctx context.Context, replica string, ttl time.Duration) error
-	Leave(ctx context.Context, replica string) error
-	WatchMembers(ctx context.Context) (<-chan kvstore.MemberEvent, error)
-	Campaign(ctx context.Context, key, holder string, ttl time.Duration) (uint64, error)
-	Renew(ctx context.Context, key, holder string, rev uint64, ttl time.Duration) (uint64, error)
-	Resign(ctx context.Context, key string, rev uint64) error
-}
+type Membership = membership.Store
 
 // ownership is which partitions this replica owns, and until when (monotonic) unless a heartbeat
 // renews it. A snapshot is never changed once published.

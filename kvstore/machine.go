@@ -4,8 +4,9 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"time"
+
+	"github.com/axbridge/axbridge/kvstore/record"
 )
 
 // The task state machine: pure functions from a record and the time to the next record. No I/O, no
@@ -242,16 +243,4 @@ func refuse(op string, t Task) error {
 
 // addDuration returns now plus d in milliseconds, rounding a partial millisecond up and saturating
 // instead of overflowing.
-func addDuration(now int64, d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond > 0 {
-		ms++
-	}
-	switch {
-	case ms > 0 && now > math.MaxInt64-ms:
-		return math.MaxInt64
-	case ms < 0 && now < math.MinInt64-ms:
-		return math.MinInt64
-	}
-	return now + ms
-}
+func addDuration(now int64, d time.Duration) int64 { return record.AddMs(now, d) }

@@ -59,7 +59,7 @@ func (c *Core) PublishDue(alive, connected bool) {
 			c.ready.Fenced = append(c.ready.Fenced, *e)
 		case !connected && c.now.Ms < e.Task.LeaseUntil:
 			c.setHeld(c.ensure(n.id), e)
-			c.idx.put(n.id, AddMs(c.now.Ms, heldRetry), e.Revision, Publish)
+			c.idx.put(n.id, record.AddMs(c.now.Ms, heldRetry), e.Revision, Publish)
 		default:
 			c.ready.Publish = append(c.ready.Publish, *e)
 		}

@@ -90,8 +90,8 @@ func (c *Core) index(t *task, e record.Entry) {
 	}
 	switch rt.Status {
 	case record.StatusWaiting:
-		if rt.DueAt > AddMs(c.now.Ms, c.cfg.PreRead) {
-			c.idx.put(id, SubMs(rt.DueAt, c.cfg.PreRead), e.Revision, PreRead)
+		if rt.DueAt > record.AddMs(c.now.Ms, c.cfg.PreRead) {
+			c.idx.put(id, record.SubMs(rt.DueAt, c.cfg.PreRead), e.Revision, PreRead)
 			return
 		}
 		switch {

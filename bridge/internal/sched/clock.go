@@ -1,9 +1,6 @@
 package sched
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // Time is one look at both clocks, taken by the caller: the core reads no clock itself.
 type Time struct {
@@ -24,31 +21,4 @@ func (t Time) Until(ms int64, limit time.Duration) time.Duration {
 	}
 	d := time.Duration(diff)*time.Millisecond - time.Duration(t.Wall-t.Ms*int64(time.Millisecond))
 	return min(max(d, 0), limit)
-}
-
-// AddMs returns ms + d in whole milliseconds, rounding d up and saturating.
-func AddMs(ms int64, d time.Duration) int64 {
-	n := int64(d / time.Millisecond)
-	if d%time.Millisecond > 0 {
-		n++
-	}
-	switch {
-	case n > 0 && ms > math.MaxInt64-n:
-		return math.MaxInt64
-	case n < 0 && ms < math.MinInt64-n:
-		return math.MinInt64
-	}
-	return ms + n
-}
-
-// SubMs returns ms - d in whole milliseconds, saturating.
-func SubMs(ms int64, d time.Duration) int64 {
-	n := int64(d / time.Millisecond)
-	switch {
-	case n > 0 && ms < math.MinInt64+n:
-		return math.MinInt64
-	case n < 0 && ms > math.MaxInt64+n:
-		return math.MaxInt64
-	}
-	return ms - n
 }

@@ -149,7 +149,7 @@ func LeaseDue(t *record.Task, replica string, skew time.Duration) int64 {
 	if t.Owner == replica {
 		return t.LeaseUntil
 	}
-	return AddMs(t.LeaseUntil, skew)
+	return record.AddMs(t.LeaseUntil, skew)
 }
 
 func (c *Core) leaseDue(t *record.Task) int64 { return LeaseDue(t, c.cfg.Replica, c.cfg.LeaseSkew) }

@@ -83,7 +83,7 @@ func (m *model) checkJob(j Job) {
 		return
 	}
 	switch {
-	case j.Kind == Fire && e.Task.Status == record.StatusWaiting && SubMs(e.Task.DueAt, j.Ahead) > m.now:
+	case j.Kind == Fire && e.Task.Status == record.StatusWaiting && record.SubMs(e.Task.DueAt, j.Ahead) > m.now:
 		m.t.Fatalf("fire of %s rev %d due %d handed out at %d", j.ID, j.Rev, e.Task.DueAt, m.now)
 	case j.Kind == Lease && e.Task.Status == record.StatusRunning && m.c.leaseDue(&e.Task) > m.now:
 		m.t.Fatalf("lease end of %s rev %d handed out at %d, before %d", j.ID, j.Rev, m.now, m.c.leaseDue(&e.Task))

@@ -55,7 +55,7 @@ func (c *Core) putBack(r Result) {
 			c.ready.Behind = append(c.ready.Behind, r.ID)
 			return
 		}
-		r.At = AddMs(c.now.Ms, min(readBehindRetry<<(t.behind-1), RetryStoreAfter))
+		r.At = record.AddMs(c.now.Ms, min(readBehindRetry<<(t.behind-1), RetryStoreAfter))
 	}
 	due := r.At
 	if t.flying && t.fl.rev <= r.Rev {

@@ -1,6 +1,10 @@
 package sched
 
-import "time"
+import (
+	"time"
+
+	"github.com/axbridge/axbridge/kvstore/record"
+)
 
 // Take moves due steps from the index into the job queues, in deadline order, while the queues
 // have room; the rest stays indexed until a later turn. alive says whether this replica's
@@ -16,13 +20,13 @@ func (c *Core) Take(alive, connected bool) {
 	ms := c.now.Ms
 	for len(c.fires) < MaxQueued {
 		n, ok := c.idx.peek(heapFire)
-		if !ok || SubMs(n.due, c.ahead) > ms {
+		if !ok || record.SubMs(n.due, c.ahead) > ms {
 			break
 		}
 		c.idx.pop(heapFire)
 		if n.kind == PreRead {
 			// Index the fire itself now; the read, if it comes back in time, only adds the payload.
-			c.idx.put(n.id, AddMs(n.due, c.cfg.PreRead), n.rev, Fire)
+			c.idx.put(n.id, record.AddMs(n.due, c.cfg.PreRead), n.rev, Fire)
 			c.preRead(n.id)
 			continue
 		}
@@ -140,7 +144,7 @@ func (c *Core) Wait(alive bool, limit time.Duration) time.Duration {
 	// PeekDue, not peek: only the due times matter here, and it copies no id.
 	if len(c.fires) < MaxQueued {
 		if due, ok := c.idx.x.PeekDue(heapFire); ok {
-			d = c.now.Until(SubMs(due, c.ahead), d)
+			d = c.now.Until(record.SubMs(due, c.ahead), d)
 		}
 	}
 	if due, ok := c.idx.x.PeekDue(heapPublish); ok {

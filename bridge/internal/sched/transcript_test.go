@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"os"
@@ -141,7 +142,7 @@ func step(t *testing.T, c *Core, line string) []string {
 		c.Result(Result{ID: f[1], Rev: e.Revision, Kind: Publish, Held: &e})
 	case "suspect":
 		why := c.Suspect(Candidate{ID: f[1], Rev: uint64(num(f[2])), Kind: kindOf(t, f[3]), Due: num(kv["due"])})
-		return []string{"suspect " + cmpOr(why, "no")}
+		return []string{"suspect " + cmp.Or(why, "no")}
 	case "stats":
 		s := c.Stats()
 		n, oldest := c.Overdue()
@@ -153,14 +154,7 @@ func step(t *testing.T, c *Core, line string) []string {
 	return readyLines(c.Ready())
 }
 
-func orZero(s string) string { return cmpOr(s, "0") }
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
+func orZero(s string) string { return cmp.Or(s, "0") }
 
 func kindOf(t *testing.T, s string) Kind {
 	for k := Fire; k <= Publish; k++ {
