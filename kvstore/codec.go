@@ -121,15 +121,23 @@ func EncodeTask(t *Task) ([]byte, error) {
 // EncodedLen is len(EncodeTask(t)), the size of the stored value, for a size check before a
 // write; it encodes only the metadata. The error is EncodeTask's.
 func EncodedLen(t *Task) (int, error) {
-	if t == nil {
-		return 0, fmt.Errorf("encode task: %w: nil task", ErrInvalidTask)
-	}
-	if err := checkEncodable(t); err != nil {
-		return 0, fmt.Errorf("encode task %q: %w: %w", t.ID, ErrInvalidTask, err)
+	if err := checkTask(t); err != nil {
+		return 0, err
 	}
 	meta := *t
 	meta.Payload = nil
 	return len(appendTask(make([]byte, 0, encodedSizeHint(&meta)), &meta)) + len(t.Payload), nil
+}
+
+// checkTask is EncodeTask's check of t, with its error.
+func checkTask(t *Task) error {
+	if t == nil {
+		return fmt.Errorf("encode task: %w: nil task", ErrInvalidTask)
+	}
+	if err := checkEncodable(t); err != nil {
+		return fmt.Errorf("encode task %q: %w: %w", t.ID, ErrInvalidTask, err)
+	}
+	return nil
 }
 
 func checkEncodable(t *Task) error {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/axbridge/axbridge/internal/retry"
 )
 
 // Defaults for Config.
@@ -328,6 +330,9 @@ func (s *JetStore) Partitions() int { return s.cfg.Partitions }
 // Bucket is the bucket name.
 func (s *JetStore) Bucket() string { return s.cfg.Bucket }
 
+// Retention is how long a finished record stays after its final write (Config.Retention).
+func (s *JetStore) Retention() time.Duration { return s.cfg.Retention }
+
 // Create stores t under Key(t.ID) if no record is there (a deleted one counts as none).
 func (s *JetStore) Create(ctx context.Context, t *Task) (Entry, error) {
 	key, val, err := s.encode(t)
@@ -358,18 +363,11 @@ func (s *JetStore) create(ctx context.Context, t *Task, key string, val []byte) 
 	// On a replicated bucket the leader refuses a write with 10164 while another write to the
 	// same key is proposed but not yet applied, so after a refusal the key may still read as
 	// absent (or as the old delete marker). Then the create is tried again, a few times.
-	const attempts = 10
-	for attempt := 1; ; attempt++ {
-		e, retry, err := s.createOnce(ctx, t, key, val)
-		if !retry || attempt == attempts {
+	busy := retry.Backoff{Policy: retry.CreateBusy}
+	for {
+		e, again, err := s.createOnce(ctx, t, key, val)
+		if !again || !busy.Next(ctx) {
 			return e, err
-		}
-		timer := time.NewTimer(time.Duration(attempt) * 2 * time.Millisecond)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return Entry{}, err
 		}
 	}
 }
@@ -636,34 +634,28 @@ func keyBusy(err error) bool {
 // little later, until the leader compares revisions (success, or a conflict with code 10071) or
 // ctx ends (errKeyBusy, not a conflict).
 func (s *JetStore) casPublish(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
-	for attempt := 1; ; attempt++ {
+	busy := retry.Backoff{Policy: retry.Busy}
+	for {
 		ack, err := s.js.PublishMsg(ctx, m, waitForLeader(ctx)...)
 		if !keyBusy(err) {
 			return ack, err
 		}
-		timer := time.NewTimer(min(time.Duration(attempt)*2*time.Millisecond, 50*time.Millisecond))
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
+		if !busy.Next(ctx) {
 			return nil, fmt.Errorf("%w: %w", errKeyBusy, ctx.Err())
 		}
 	}
 }
 
-// noLeaderRetry is how often a write that found no stream to take it is sent again.
-const noLeaderRetry = 50 * time.Millisecond
-
 // waitForLeader makes a publish ride out a stream with no leader, as while a replicated bucket
 // elects one (just created, or after its leader left): JetStream then answers "no responders",
 // which means no server took the message, so sending it again is safe. nats.go retries twice,
-// 250ms apart, by default; this retries every noLeaderRetry until ctx's deadline.
+// 250ms apart, by default; this retries at retry.NoLeader's pace until ctx's deadline.
 func waitForLeader(ctx context.Context) []jetstream.PublishOpt {
 	n := 2
 	if d, ok := ctx.Deadline(); ok {
-		n = max(int(time.Until(d)/noLeaderRetry), 0)
+		n = retry.NoLeader.Within(time.Until(d))
 	}
-	return []jetstream.PublishOpt{jetstream.WithRetryWait(noLeaderRetry), jetstream.WithRetryAttempts(n)}
+	return []jetstream.PublishOpt{jetstream.WithRetryWait(retry.NoLeader.First), jetstream.WithRetryAttempts(n)}
 }
 
 // withTimeout gives ctx the deadline now+d unless it has one already.

@@ -96,7 +96,7 @@ func Nak(t Task, claim uint64, now int64, delay time.Duration, reason string) (T
 	if err := checkClaim("nak", t, claim); err != nil {
 		return t, err
 	}
-	return retry(t, now, delay, cmp.Or(reason, reasonNak)), nil
+	return endAttempt(t, now, delay, cmp.Or(reason, reasonNak)), nil
 }
 
 // Term gives up at once: RUNNING under claim → DEAD, FinishedAt = now, LastError = reason
@@ -133,7 +133,7 @@ func LeaseExpired(t Task, now int64) (Task, error) {
 		return t, fmt.Errorf("%w: lease expiry of task %q attempt %d: lease runs until %d, now is %d",
 			ErrTransition, t.ID, t.Attempt, t.LeaseUntil, now)
 	}
-	return retry(t, now, -1, reasonExpired), nil
+	return endAttempt(t, now, -1, reasonExpired), nil
 }
 
 // Unclaim gives back an attempt whose fire never went out: RUNNING under claim → WAITING at its
@@ -146,6 +146,19 @@ func Unclaim(t Task, claim uint64, now int64) (Task, error) {
 	t = endLease(t, now)
 	t.Status = StatusWaiting
 	t.Attempt = max(0, t.Attempt-1)
+	return t, nil
+}
+
+// Abandon ends a task whose next write the store refuses for good: WAITING or RUNNING → DEAD,
+// FinishedAt = now, LastError = reason, lease, owner and claim cleared.
+func Abandon(t Task, now int64, reason string) (Task, error) {
+	if t.Status != StatusWaiting && t.Status != StatusRunning {
+		return t, refuse("abandon", t)
+	}
+	t = endLease(t, now)
+	t.Status = StatusDead
+	t.FinishedAt = now
+	t.LastError = reason
 	return t, nil
 }
 
@@ -186,9 +199,9 @@ func Reschedule(t Task, now, due int64) (Task, error) {
 	return t, nil
 }
 
-// retry ends the current attempt of a RUNNING task: WAITING after the delay (the backoff when
+// endAttempt ends the current attempt of a RUNNING task: WAITING after the delay (the backoff when
 // negative), or DEAD when no attempt is left.
-func retry(t Task, now int64, delay time.Duration, reason string) Task {
+func endAttempt(t Task, now int64, delay time.Duration, reason string) Task {
 	t = endLease(t, now)
 	t.LastError = reason
 	if t.Attempt >= t.MaxRetry+1 {

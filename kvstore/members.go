@@ -41,11 +41,12 @@ type MembersConfig struct {
 }
 
 // MemberEvent is one change of the membership: a replica's heartbeat (At is the server's time of
-// it), its key deleted or expired (Deleted), or the end of the keys that existed when the watch
-// started (InitDone).
+// it, Value what it wrote), its key deleted or expired (Deleted), or the end of the keys that
+// existed when the watch started (InitDone).
 type MemberEvent struct {
 	ID       string
 	At       time.Time
+	Value    []byte
 	Deleted  bool
 	InitDone bool
 }
@@ -97,16 +98,17 @@ func ttlValue(d time.Duration) string {
 	return strconv.FormatInt(s, 10) + "s"
 }
 
-// Heartbeat writes replica's key with a TTL: the server removes it ttl after the last heartbeat.
-// It returns once the write is durable. If the bucket is gone (an operator deleted it), it is
-// created again.
-func (m *Members) Heartbeat(ctx context.Context, replica string, ttl time.Duration) error {
+// Heartbeat writes value to replica's key with a TTL: the server removes it ttl after the last
+// heartbeat. It returns once the write is durable. If the bucket is gone (an operator deleted it),
+// it is created again.
+func (m *Members) Heartbeat(ctx context.Context, replica string, value []byte, ttl time.Duration) error {
 	ctx, cancel := withTimeout(ctx, m.timeout)
 	defer cancel()
 	msg := func() *nats.Msg {
 		return &nats.Msg{
 			Subject: m.prefix + memberKeyPrefix + replica,
 			Header:  nats.Header{jetstream.MsgTTLHeader: []string{ttlValue(ttl)}},
+			Data:    value,
 		}
 	}
 	_, err := m.js.PublishMsg(ctx, msg())
@@ -164,7 +166,7 @@ func (m *Members) WatchMembers(ctx context.Context) (<-chan MemberEvent, error) 
 			if e != nil {
 				id, _ := strings.CutPrefix(e.Key(), memberKeyPrefix)
 				op := e.Operation()
-				ev = MemberEvent{ID: id, At: e.Created(), Deleted: op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge}
+				ev = MemberEvent{ID: id, At: e.Created(), Value: e.Value(), Deleted: op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge}
 			}
 			select {
 			case out <- ev:

@@ -12,14 +12,14 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-// The members bucket: heartbeats show in a watch (initial load, then live), a leave is a delete,
-// the lease key is taken by one holder at a time and renewed only on its revision, and a
-// heartbeat after the bucket was deleted creates it again.
+// The members bucket: heartbeats show in a watch with their values (initial load, then live), a
+// leave is a delete, the lease key is taken by one holder at a time and renewed only on its
+// revision, and a heartbeat after the bucket was deleted creates it again.
 func TestMembers(t *testing.T) {
 	t.Parallel()
 	ctx, cancel, js, m := openTestMembers(t, kvstore.MembersConfig{Bucket: "T_MEMBERS"})
 	defer cancel()
-	if err := m.Heartbeat(ctx, "r1", 5*time.Second); err != nil {
+	if err := m.Heartbeat(ctx, "r1", []byte("one"), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	events, err := m.WatchMembers(ctx)
@@ -36,16 +36,16 @@ func TestMembers(t *testing.T) {
 			return kvstore.MemberEvent{}
 		}
 	}
-	if ev := next(); ev.ID != "r1" || ev.Deleted || ev.At.IsZero() {
+	if ev := next(); ev.ID != "r1" || ev.Deleted || ev.At.IsZero() || string(ev.Value) != "one" {
 		t.Errorf("initial: %+v, want r1's heartbeat", ev)
 	}
 	if ev := next(); !ev.InitDone {
 		t.Errorf("after the initial keys: %+v, want InitDone", ev)
 	}
-	if err := m.Heartbeat(ctx, "r2", 5*time.Second); err != nil {
+	if err := m.Heartbeat(ctx, "r2", []byte("two"), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if ev := next(); ev.ID != "r2" || ev.Deleted {
+	if ev := next(); ev.ID != "r2" || ev.Deleted || string(ev.Value) != "two" {
 		t.Errorf("live: %+v, want r2's heartbeat", ev)
 	}
 	if err := m.Leave(ctx, "r2"); err != nil {
@@ -79,7 +79,7 @@ func TestMembers(t *testing.T) {
 	if err := js.DeleteKeyValue(ctx, "T_MEMBERS"); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Heartbeat(ctx, "r1", 5*time.Second); err != nil {
+	if err := m.Heartbeat(ctx, "r1", nil, 5*time.Second); err != nil {
 		t.Fatalf("heartbeat after the bucket was deleted: %v", err)
 	}
 	if _, err := js.KeyValue(ctx, "T_MEMBERS"); err != nil {
@@ -99,7 +99,7 @@ func TestMembersHeartbeatExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Heartbeat(ctx, "gone", time.Second); err != nil {
+	if err := m.Heartbeat(ctx, "gone", nil, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -128,7 +128,7 @@ func TestMembersLeaveMarkerExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Heartbeat(ctx, "left", time.Minute); err != nil {
+	if err := m.Heartbeat(ctx, "left", nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Leave(ctx, "left"); err != nil {

@@ -51,6 +51,9 @@ func WithRetention(d time.Duration) MemOption {
 	return func(m *MemStore) { m.retention = cmp.Or(max(d, 0), DefaultRetention) }
 }
 
+// Retention is how long a finished record stays after its final write (WithRetention).
+func (m *MemStore) Retention() time.Duration { return m.retention }
+
 // WithMarkerTTL sets how long a delete marker stays (DefaultMarkerTTL if d <= 0).
 func WithMarkerTTL(d time.Duration) MemOption {
 	return func(m *MemStore) { m.markerTTL = cmp.Or(max(d, 0), DefaultMarkerTTL) }
