@@ -10,7 +10,8 @@
 // full: an overdue backlog waits here, a few dozen bytes per entry, not in a queue of jobs.
 //
 // NewWheel puts a timing wheel in front of each queue's heap, for a caller that wants to know
-// ahead which entries come due (the bridge: to pre-read a payload): a ring of span one-unit slots
+// ahead which entries come due (the bridge's core uses one whose span is its pre-read window:
+// a fire entering the span is when its payload is read): a ring of span one-unit slots
 // covering [cur, cur+span), a late heap for entries due before cur, and the far heap for the rest.
 // Advance(now) moves cur forward, moves the slots passed into late, and takes from the far heap
 // every entry due before now+span, reporting each; a Put due within the window goes straight to
@@ -36,8 +37,6 @@
 // strings. At one million entries with UUID-sized ids that is about 124 bytes per entry (161 with
 // string keys); a wheel adds 24 bytes a slot per queue.
 //
-// The package name stays from the hybrid timing wheel it held until issue 15, when the wheel was
-// removed as unused by the bridge's call pattern (millions of far-future entries, each touched a
-// few times, draining bounded by the caller) and this index moved here from the bridge; NewWheel
-// brings a wheel back as an option in front of the heaps, which New keeps alone.
+// Entering says when Advance next reports an entry, for the owner's timer. New keeps the heaps
+// alone, without a wheel.
 package timingwheel

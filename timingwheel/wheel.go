@@ -250,3 +250,14 @@ func (x *Index) countWheel(qu *queue, t int64, kind uint8, n *int, earliest *int
 		}
 	}
 }
+
+// Entering returns the earliest time from which Advance reports the earliest entry of queue q's
+// far heap as entering the span (its due time less the span, plus one); false if the far heap is
+// empty or the index has no wheel.
+func (x *Index) Entering(q int) (int64, bool) {
+	qu := &x.queues[q]
+	if x.span == 0 || len(qu.far) == 0 {
+		return 0, false
+	}
+	return qu.far[0].due - x.span + 1, true
+}

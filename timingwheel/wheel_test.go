@@ -50,9 +50,15 @@ func TestWheelWindowEdges(t *testing.T) {
 	put(x, "edge-out", 110)
 	put(x, "far", 200)
 	wantIDs(t, "Advance(100) again", advance(x, 100))
+	if at, ok := x.Entering(0); !ok || at != 101 {
+		t.Errorf("Entering after Advance(100) = %d, %v; want 101 (edge-out, due 110)", at, ok)
+	}
 	wantIDs(t, "Advance(101)", advance(x, 101), "edge-out")
 	wantIDs(t, "Advance(190)", advance(x, 190))
 	wantIDs(t, "Advance(191)", advance(x, 191), "far")
+	if at, ok := x.Entering(0); ok {
+		t.Errorf("Entering with nothing far = %d, true", at)
+	}
 	wantIDs(t, "pops", popAll(x, 0), "early", "last-in", "edge-in", "edge-out", "far")
 }
 
