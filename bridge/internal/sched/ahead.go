@@ -1,6 +1,9 @@
 package sched
 
-import "github.com/axbridge/axbridge/kvstore/record"
+import (
+	"github.com/axbridge/axbridge/internal/retry"
+	"github.com/axbridge/axbridge/kvstore/record"
+)
 
 // hold takes a landed claim whose task is not due yet: it is published at its due time (Ready).
 // It is dropped if the record changed meanwhile: the index expects the claimed revision (the
@@ -21,7 +24,7 @@ func (c *Core) hold(e *record.Entry) {
 		c.tidy(id)
 		return
 	}
-	t.endFlight()
+	c.endFlight(t)
 	t.retry, t.retryDue = false, 0
 	c.dropNear(t)
 	c.setHeld(t, e)
@@ -59,7 +62,7 @@ func (c *Core) PublishDue(alive, connected bool) {
 			c.ready.Fenced = append(c.ready.Fenced, *e)
 		case !connected && c.now.Ms < e.Task.LeaseUntil:
 			c.setHeld(c.ensure(n.id), e)
-			c.idx.put(n.id, record.AddMs(c.now.Ms, heldRetry), e.Revision, Publish)
+			c.idx.put(n.id, record.AddMs(c.now.Ms, retry.Held.Wait(1)), e.Revision, Publish)
 		default:
 			c.ready.Publish = append(c.ready.Publish, *e)
 		}

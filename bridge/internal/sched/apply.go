@@ -55,7 +55,7 @@ func (c *Core) put(e record.Entry) {
 		if t.fl.rev >= e.Revision {
 			return // a worker has this revision in hand (a watch started again replays it)
 		}
-		t.endFlight()
+		c.endFlight(t)
 	}
 	t.retry, t.retryDue, t.behind = false, 0, 0
 	c.dropNear(t)
@@ -90,8 +90,8 @@ func (c *Core) index(t *task, e record.Entry) {
 	}
 	switch rt.Status {
 	case record.StatusWaiting:
-		if rt.DueAt > record.AddMs(c.now.Ms, c.cfg.PreRead) {
-			c.idx.put(id, record.SubMs(rt.DueAt, c.cfg.PreRead), e.Revision, PreRead)
+		if !c.idx.inSpan(rt.DueAt, c.now.Ms) {
+			c.idx.put(id, rt.DueAt, e.Revision, Fire) // read ahead as it enters the span (Now)
 			return
 		}
 		switch {

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/axbridge/axbridge/kvstore/record"
@@ -15,20 +16,11 @@ const (
 	// flightStale is how long a step handed to the workers counts as in progress for the
 	// reconciler; a step that has not changed its record by then is repaired.
 	flightStale = 30 * time.Second
-	// RetryStoreAfter is how long a task waits after a failed store call before it is tried again.
-	RetryStoreAfter = time.Second
-	// readBehindRetry is the first wait before a step whose read lagged its revision is tried
-	// again; it doubles up to RetryStoreAfter, for at most maxReadBehind tries.
-	readBehindRetry = 20 * time.Millisecond
-	maxReadBehind   = 12
 	// houseEvery is how many fires go out before a waiting lease end or pre-read: fires come
 	// first, but a backlog of overdue fires must not hold back lease expiries for good.
 	houseEvery = 8
 	// maxPublishTurn bounds the held fires published in one turn.
 	maxPublishTurn = 1024
-	// heldRetry is how often a held fire that came due while the connection to NATS was down is
-	// tried again.
-	heldRetry = 20 * time.Millisecond
 )
 
 // flight is a step taken from the index and not yet seen through: the revision it was taken at,
@@ -37,6 +29,7 @@ const (
 type flight struct {
 	rev    uint64
 	queued bool
+	claim  bool // a fire in a worker's hands, counted against the claim budget (budget.go)
 	at     time.Time
 	due    int64
 }
@@ -68,6 +61,11 @@ type Core struct {
 	fromHouse        bool // the job Next returned is the head of house, not of fires
 	firesInRow       int  // fires handed out since the last housekeeping job
 
+	claims    []claimOut // fires handed to workers, oldest first; some are over (budget.go)
+	claimsN   int        // those still counted against the claim budget
+	loading   bool       // a watch is loading partitions (SetLoading)
+	connected bool       // the connection to NATS was up at the last Take
+
 	ahead      time.Duration // the claim-ahead window (SetAhead)
 	aheadUntil int64         // UTC Unix ms: the latest due time of a fire handed out ahead of it
 	owned      []bool        // by partition: the partitions this core indexes
@@ -77,8 +75,9 @@ type Core struct {
 
 // New returns a core owning the partitions in owned, at time now.
 func New(cfg Config, owned []int, now Time) *Core {
-	c := &Core{cfg: cfg, now: now, idx: newSlots(), tasks: make(map[string]*task),
-		owned: make([]bool, cfg.Partitions), lastPrune: now.Mono}
+	cfg.MaxClaims = cmp.Or(cfg.MaxClaims, DefaultMaxClaims)
+	c := &Core{cfg: cfg, now: now, idx: newSlots(cfg.PreRead), tasks: make(map[string]*task),
+		owned: make([]bool, cfg.Partitions), lastPrune: now.Mono, connected: true}
 	for _, p := range owned {
 		c.owned[p] = true
 	}
@@ -86,7 +85,10 @@ func New(cfg Config, owned []int, now Time) *Core {
 }
 
 // Now sets the core's reading of the clocks; every later input is judged by it.
-func (c *Core) Now(t Time) { c.now = t }
+func (c *Core) Now(t Time) {
+	c.now = t
+	c.idx.advance(t.Ms, c.preRead)
+}
 
 // SetAhead sets the claim-ahead window: a fire due within it may be taken and claimed at once.
 func (c *Core) SetAhead(d time.Duration) { c.ahead = d }
@@ -134,9 +136,6 @@ func (c *Core) setHeld(t *task, e *record.Entry) {
 	}
 	t.held = e
 }
-
-// endFlight forgets id's step in flight.
-func (t *task) endFlight() { t.fl, t.flying = flight{}, false }
 
 // OwnClaim reports whether t is RUNNING under replica's claim with token rev.
 func OwnClaim(t *record.Task, replica string, rev uint64) bool {

@@ -10,8 +10,11 @@
 // after which the fired cache drops a task.
 //
 // Every live task of an owned partition has one entry in the index, at the time its next step
-// is due: its fire (a WAITING record), the read of its payload ahead of the fire (one due within
-// Config.PreRead), or its lease end (RUNNING). A finished record has none. The state of a task
+// is due: its fire (a WAITING record) or its lease end (RUNNING). A finished record has none. The
+// index is the hybrid timing wheel and heap of package timingwheel: a wheel of 1 ms slots spans
+// the pre-read window (Config.PreRead, at most a minute) in front of the heap of the far future,
+// and a fire that enters the wheel's span (Now) is the moment its payload is read, in batches
+// (PreRead jobs), so that its claim at the due time is one write. The state of a task
 // between the index and its next record (a step queued or in a worker's hands, a fire put back
 // after a failed store call, a claim whose outcome is unknown, a claim held for its due time, the
 // record read ahead) is one struct in one map, bounded by the work queued and in flight: the
@@ -19,5 +22,6 @@
 //
 // Due work waits in two bounded queues, fires first and housekeeping (lease ends, pre-reads) after
 // every houseEvery fires; the core takes due steps from the index only while its queue has room,
-// so a backlog stays in the index, in deadline order.
+// and fires only while the claim budget has room (budget.go), so a backlog stays in the index, in
+// deadline order, where no lease runs.
 package sched

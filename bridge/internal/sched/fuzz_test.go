@@ -24,7 +24,7 @@ func newModel(t *testing.T) *model {
 	m := &model{t: t, now: 1000, latest: map[string]record.Entry{}, byRev: map[uint64]record.Entry{},
 		deleted: map[string]bool{}, left: map[string]bool{}}
 	m.c = New(Config{Replica: "r1", Partitions: 2, PreRead: 50 * time.Millisecond, MaxPreReadTasks: 4,
-		MaxPreReadBytes: 1 << 20, LeaseSkew: 10 * time.Millisecond}, []int{0, 1}, m.time())
+		MaxPreReadBytes: 1 << 20, LeaseSkew: 10 * time.Millisecond, MaxClaims: 4}, []int{0, 1}, m.time())
 	return m
 }
 
@@ -94,8 +94,11 @@ func (m *model) checkJob(j Job) {
 // of an owned partition is indexed or queued at its newest revision (nothing lost).
 func (m *model) check() {
 	c := m.c
-	near, bytes, held := 0, 0, 0
+	near, bytes, held, claims := 0, 0, 0, 0
 	for id, t := range c.tasks {
+		if t.flying && t.fl.claim {
+			claims++
+		}
 		if *t == (task{}) {
 			m.t.Fatalf("empty task struct kept for %s", id)
 		}
@@ -107,8 +110,9 @@ func (m *model) check() {
 			held++
 		}
 	}
-	if near != c.nearN || bytes != c.nearBytes || held != c.heldN {
-		m.t.Fatalf("counts: near %d/%d bytes %d/%d held %d/%d", near, c.nearN, bytes, c.nearBytes, held, c.heldN)
+	if near != c.nearN || bytes != c.nearBytes || held != c.heldN || claims != c.claimsN {
+		m.t.Fatalf("counts: near %d/%d bytes %d/%d held %d/%d claims %d/%d", near, c.nearN, bytes, c.nearBytes,
+			held, c.heldN, claims, c.claimsN)
 	}
 	queued := map[string]bool{}
 	for _, j := range append(append([]Job(nil), c.fires...), c.house...) {
@@ -150,8 +154,13 @@ func FuzzCore(f *testing.F) {
 				m.c.Now(m.time())
 			case 5:
 				m.c.SetAhead(time.Duration(arg%20) * time.Millisecond)
+				m.c.SetLoading(arg%3 == 0)
 			case 6:
+				before, _ := m.c.Claiming()
 				m.c.Take(arg%7 != 0, arg%5 != 0)
+				if n, budget := m.c.Claiming(); n > before && n > budget {
+					t.Fatalf("Take took fires past the claim budget: %d out, budget %d", n, budget)
+				}
 				for _, e := range m.c.Ready().Publish {
 					if e.Task.DueAt > m.now {
 						t.Fatalf("held claim %s published at %d, due %d", e.Task.ID, m.now, e.Task.DueAt)

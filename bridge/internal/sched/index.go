@@ -1,12 +1,21 @@
 package sched
 
-import "github.com/axbridge/axbridge/timingwheel"
+import (
+	"time"
+
+	"github.com/axbridge/axbridge/timingwheel"
+)
 
 // slots is the index of live tasks, a timingwheel.Index: at most one entry per task id, the next
 // step the task is waiting for, keyed by the UTC Unix ms at which the step is due. Fire steps
-// (Fire, PreRead), housekeeping steps (Lease) and held fires (Publish) are kept in three queues,
-// so that due fires are taken first and taking stops as soon as the job queue is full.
-type slots struct{ x *timingwheel.Index }
+// (Fire), housekeeping steps (Lease) and held fires (Publish) are kept in three queues, so that
+// due fires are taken first and taking stops as soon as the job queue is full. Each queue has a
+// wheel of 1 ms slots whose span is the pre-read window in front of its heap: a fire entering
+// the span is the moment to read its payload (advance).
+type slots struct {
+	x      *timingwheel.Index
+	spanMs int64
+}
 
 // slotEntry is an indexed step as the core sees it.
 type slotEntry struct {
@@ -18,7 +27,7 @@ type slotEntry struct {
 
 // The index's queues.
 const (
-	heapFire    = 0 // Fire and PreRead
+	heapFire    = 0 // Fire
 	heapHouse   = 1 // Lease
 	heapPublish = 2 // Publish: claimed ahead, published at the due time
 )
@@ -33,7 +42,32 @@ func heapOf(k Kind) int {
 	return heapFire
 }
 
-func newSlots() *slots { return &slots{x: timingwheel.New(3)} }
+// maxSpan bounds the wheel: a longer pre-read window is read ahead within its last maxSpan only.
+const maxSpan = time.Minute
+
+// newSlots returns an empty index whose wheels span window, both ends in (whole ms, at most
+// maxSpan): a fire due at now+window is read ahead at now.
+func newSlots(window time.Duration) *slots {
+	span := (min(window, maxSpan) + time.Millisecond - 1) / time.Millisecond
+	n := max(int64(span), 0) + 1
+	return &slots{x: timingwheel.NewWheel(3, n), spanMs: n}
+}
+
+// inSpan reports whether a step due at due is within the span from ms: its payload is read now,
+// not as it enters.
+func (s *slots) inSpan(due, ms int64) bool { return due < ms+s.spanMs }
+
+// advance moves the wheels to ms and calls entering with each fire step that entered the span.
+func (s *slots) advance(ms int64, entering func(id string)) {
+	s.x.Advance(ms, func(e timingwheel.Entry) {
+		if Kind(e.Kind) == Fire {
+			entering(e.ID)
+		}
+	})
+}
+
+// entering is when the next fire step enters the span; false if none is beyond it.
+func (s *slots) entering() (int64, bool) { return s.x.Entering(heapFire) }
 
 func slotOf(e timingwheel.Entry) slotEntry {
 	return slotEntry{id: e.ID, due: e.Due, rev: e.Value, kind: Kind(e.Kind)}

@@ -49,8 +49,9 @@ func (c *Core) Own(parts []bool) (lost bool) {
 		// claim is read back: it may have landed, and then its attempt is this replica's.
 		c.dropNear(t)
 		if t.flying && t.fl.queued {
-			t.endFlight()
+			c.endFlight(t)
 		}
+		c.uncount(t) // its outcome may never come: the partition's watch events are not applied
 		t.retry, t.retryDue, t.behind = false, 0, 0
 		c.tidy(id)
 	}
@@ -63,7 +64,8 @@ func (c *Core) Own(parts []bool) (lost bool) {
 // rebuild keeps in a new index the entries of owned partitions, held fires and the fires of
 // unsure claims.
 func (c *Core) rebuild() {
-	idx := newSlots()
+	idx := newSlots(c.cfg.PreRead)
+	idx.advance(c.now.Ms, func(string) {}) // at the core's time: what it re-puts is read already
 	for _, h := range [...]int{heapFire, heapHouse, heapPublish} {
 		for {
 			e, ok := c.idx.peek(h)

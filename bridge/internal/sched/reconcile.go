@@ -1,14 +1,17 @@
 package sched
 
-import "github.com/axbridge/axbridge/kvstore/record"
+import (
+	"github.com/axbridge/axbridge/internal/retry"
+	"github.com/axbridge/axbridge/kvstore/record"
+)
 
 // Suspect compares a candidate of the reconciler with the index: a record the index holds at
 // that revision (or a newer one), due no later than it should be, is fine, and so is one a worker
 // has in hand. It returns why the candidate is suspect ("missing", "late"), or "" if it is not.
 func (c *Core) Suspect(cd Candidate) string {
 	if cur, ok := c.idx.get(cd.ID); ok && cur.rev >= cd.Rev {
-		// A step put back after a failed store call is due again within RetryStoreAfter.
-		if cur.rev > cd.Rev || cur.due <= cd.Due || cur.due <= record.AddMs(c.now.Ms, RetryStoreAfter) {
+		// A step put back after a failed store call is due again within retry.Step.First.
+		if cur.rev > cd.Rev || cur.due <= cd.Due || cur.due <= record.AddMs(c.now.Ms, retry.Step.First) {
 			return ""
 		}
 		return "late"
@@ -23,7 +26,7 @@ func (c *Core) Suspect(cd Candidate) string {
 // Repair indexes the step of a candidate the reconciler confirmed, due now.
 func (c *Core) Repair(cd Candidate) {
 	if t := c.tasks[cd.ID]; t != nil {
-		t.endFlight()
+		c.endFlight(t)
 		t.retry, t.retryDue = false, 0
 		c.tidy(cd.ID)
 	}

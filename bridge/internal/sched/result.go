@@ -1,6 +1,9 @@
 package sched
 
-import "github.com/axbridge/axbridge/kvstore/record"
+import (
+	"github.com/axbridge/axbridge/internal/retry"
+	"github.com/axbridge/axbridge/kvstore/record"
+)
 
 // Result takes a worker's report back into the index.
 func (c *Core) Result(r Result) {
@@ -49,18 +52,18 @@ func (c *Core) putBack(r Result) {
 			return // a delete or a newer revision came meanwhile
 		}
 		t.behind++
-		if t.behind > maxReadBehind {
+		if !retry.ReadBehind.More(t.behind) {
 			t.behind = 0
-			t.endFlight()
+			c.endFlight(t)
 			c.ready.Behind = append(c.ready.Behind, r.ID)
 			return
 		}
-		r.At = record.AddMs(c.now.Ms, min(readBehindRetry<<(t.behind-1), RetryStoreAfter))
+		r.At = record.AddMs(c.now.Ms, retry.ReadBehind.Wait(t.behind))
 	}
 	due := r.At
 	if t.flying && t.fl.rev <= r.Rev {
 		due = min(due, t.fl.due)
-		t.endFlight()
+		c.endFlight(t)
 	}
 	c.idx.put(r.ID, r.At, r.Rev, r.Kind)
 	if r.Retry && r.Kind == Fire && due < r.At {
@@ -72,6 +75,7 @@ func (c *Core) putBack(r Result) {
 func (c *Core) forget(id string) {
 	c.idx.remove(id)
 	if t := c.tasks[id]; t != nil {
+		c.endFlight(t)
 		c.dropNear(t)
 		c.setHeld(t, nil)
 		delete(c.tasks, id)

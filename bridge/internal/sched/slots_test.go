@@ -4,12 +4,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The index hands out steps in (due, insertion) order, fires and housekeeping apart, keeps one
 // entry per id (a put replaces it), and counts what is due without visiting the rest.
 func TestSlotsOrderAndReplace(t *testing.T) {
-	s := newSlots()
+	s := newSlots(time.Second)
 	r := rand.New(rand.NewPCG(1, 2))
 	want := map[string]int64{}
 	for i := range 2000 {
@@ -64,7 +65,7 @@ func TestSlotsOrderAndReplace(t *testing.T) {
 }
 
 func TestSlotsTiesInInsertionOrder(t *testing.T) {
-	s := newSlots()
+	s := newSlots(time.Second)
 	for _, id := range []string{"a", "b", "c"} {
 		s.put(id, 7, 1, Fire)
 	}

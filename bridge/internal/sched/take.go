@@ -7,30 +7,28 @@ import (
 )
 
 // Take moves due steps from the index into the job queues, in deadline order, while the queues
-// have room; the rest stays indexed until a later turn. alive says whether this replica's
-// heartbeats are confirmed: fenced, it takes nothing until they are. connected says whether
-// its connection to NATS is up (a held fire is not published into the reconnect buffer).
+// have room and fires the claim budget (budget.go); the rest stays indexed until a later turn.
+// alive says whether this replica's heartbeats are confirmed: fenced, it takes nothing until they
+// are. connected says whether its connection to NATS is up (a held fire is not published into the
+// reconnect buffer, and fewer fires are claimed).
 func (c *Core) Take(alive, connected bool) {
 	c.prune()
+	c.connected = connected
 	if !alive {
 		c.flushReads()
 		return
 	}
 	c.PublishDue(true, connected)
 	ms := c.now.Ms
+	room := c.claimRoom()
 	for len(c.fires) < MaxQueued {
 		n, ok := c.idx.peek(heapFire)
-		if !ok || record.SubMs(n.due, c.ahead) > ms {
+		if !ok || record.SubMs(n.due, c.ahead) > ms || room <= 0 {
 			break
 		}
 		c.idx.pop(heapFire)
-		if n.kind == PreRead {
-			// Index the fire itself now; the read, if it comes back in time, only adds the payload.
-			c.idx.put(n.id, record.AddMs(n.due, c.cfg.PreRead), n.rev, Fire)
-			c.preRead(n.id)
-			continue
-		}
 		c.takeFire(n)
+		room--
 	}
 	for len(c.house) < MaxQueued {
 		n, ok := c.idx.peek(heapHouse)
@@ -39,8 +37,7 @@ func (c *Core) Take(alive, connected bool) {
 		}
 		c.idx.pop(heapHouse)
 		c.house = append(c.house, Job{Kind: Lease, ID: n.id, Rev: n.rev, Due: n.due})
-		t := c.ensure(n.id)
-		t.fl, t.flying = flight{rev: n.rev, queued: true, due: n.due}, true
+		c.setFlight(c.ensure(n.id), n.id, flight{rev: n.rev, queued: true, due: n.due})
 	}
 	c.flushReads()
 }
@@ -64,11 +61,14 @@ func (c *Core) takeFire(n slotEntry) {
 		}
 	}
 	c.fires = append(c.fires, j)
-	t.fl, t.flying = flight{rev: n.rev, queued: true, due: j.Due}, true
+	c.setFlight(t, n.id, flight{rev: n.rev, queued: true, due: j.Due})
 }
 
 // preRead queues id for the next batched pre-read, if the pre-read bounds leave room.
 func (c *Core) preRead(id string) {
+	if t := c.tasks[id]; t != nil && t.near != nil {
+		return
+	}
 	if c.nearN+len(c.reads) < c.cfg.MaxPreReadTasks && c.nearBytes < c.cfg.MaxPreReadBytes {
 		c.reads = append(c.reads, id)
 	}
@@ -96,7 +96,7 @@ func (c *Core) prune() {
 	c.lastPrune = c.now.Mono
 	for id, t := range c.tasks {
 		if t.flying && !t.fl.queued && c.now.Mono.Sub(t.fl.at) >= 10*flightStale {
-			t.endFlight()
+			c.endFlight(t)
 			c.tidy(id)
 		}
 	}
@@ -118,7 +118,7 @@ func (c *Core) Next() (Job, bool) {
 // Sent drops the job j, which Next returned, from its queue: the step is now in a worker's hands.
 func (c *Core) Sent(j Job) {
 	if t := c.tasks[j.ID]; t != nil && j.Kind != PreRead && t.flying && t.fl.rev == j.Rev {
-		t.fl = flight{rev: j.Rev, at: c.now.Mono, due: t.fl.due}
+		c.setFlight(t, j.ID, flight{rev: j.Rev, at: c.now.Mono, due: t.fl.due, claim: j.Kind == Fire && c.Owns(j.ID)})
 	}
 	if j.Kind == Fire && j.Ahead > 0 {
 		c.aheadUntil = max(c.aheadUntil, j.Due)
@@ -141,11 +141,18 @@ func (c *Core) Wait(alive bool, limit time.Duration) time.Duration {
 	if !alive {
 		return d
 	}
-	// PeekDue, not peek: only the due times matter here, and it copies no id.
+	// PeekDue where only the due time matters: it copies no id.
 	if len(c.fires) < MaxQueued {
-		if due, ok := c.idx.x.PeekDue(heapFire); ok {
-			d = c.now.Until(record.SubMs(due, c.ahead), d)
+		if c.claimRoom() > 0 {
+			if due, ok := c.idx.x.PeekDue(heapFire); ok {
+				d = c.now.Until(record.SubMs(due, c.ahead), d)
+			}
+		} else {
+			d = c.claimWait(d) // a result or a watch event may make room before that
 		}
+	}
+	if at, ok := c.idx.entering(); ok { // the next fire to read ahead
+		d = c.now.Until(at, d)
 	}
 	if due, ok := c.idx.x.PeekDue(heapPublish); ok {
 		d = c.now.Until(due, d)

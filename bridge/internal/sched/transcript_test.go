@@ -32,6 +32,9 @@ var update = flag.Bool("update", false, "rewrite the transcripts' expected outpu
 //	held ID REV due=MS claim=TOK lease=MS   a claim that landed ahead
 //	suspect ID REV KIND due=MS      the reconciler's question
 //	stats                           the bounded state
+//	maxclaims N                     the claim budget (Config.MaxClaims)
+//	loading on|off                  whether a watch is loading partitions
+//	claiming                        the fires taken and not yet out, and the budget now
 func TestTranscripts(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txt")
 	if len(files) == 0 {
@@ -106,6 +109,13 @@ func step(t *testing.T, c *Core, line string) []string {
 		c.Now(Time{Mono: time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond), Wall: ms * 1e6, Ms: ms})
 	case "ahead":
 		c.SetAhead(time.Duration(num(f[1])) * time.Millisecond)
+	case "maxclaims":
+		c.cfg.MaxClaims = int(num(f[1]))
+	case "loading":
+		c.SetLoading(f[1] == "on")
+	case "claiming":
+		n, budget := c.Claiming()
+		return []string{fmt.Sprintf("claiming %d of %d", n, budget)}
 	case "own":
 		parts := make([]bool, 1)
 		for _, p := range f[1:] {

@@ -12,7 +12,7 @@ type Kind uint8
 
 const (
 	Fire    Kind = iota + 1 // WAITING and due: claim, then publish to ax.fire.<bizType>
-	PreRead                 // WAITING and due soon: read the payload ahead of time
+	PreRead                 // a job: read the payloads of fires that entered the pre-read window
 	Lease                   // RUNNING and the lease ended: count the attempt as failed
 	Publish                 // RUNNING, claimed ahead and now due: the caller publishes it (Ready)
 )
@@ -112,4 +112,6 @@ type Config struct {
 	MaxPreReadBytes int
 	// LeaseSkew: another replica's lease counts as ended this much after its LeaseUntil.
 	LeaseSkew time.Duration
+	// MaxClaims bounds the fires taken and not yet out (budget.go; default DefaultMaxClaims).
+	MaxClaims int
 }
