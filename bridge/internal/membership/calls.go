@@ -2,7 +2,6 @@ package membership
 
 import (
 	"context"
-
 	"time"
 
 	"github.com/axbridge/axbridge/kvstore"
@@ -10,13 +9,15 @@ import (
 
 // The member's store calls run off its goroutine, each bounded by a timeout (the watch by the
 // member's life), and send their results back on a channel with room for all of them: a
-// heartbeat's lasts less than a lease, so at most five are in flight, and there is at most one
-// leave, one watch and one housekeeper write.
+// heartbeat's lasts less than a lease, so at most five tick's, a fenced one's and a claim's are
+// in flight, and there is at most one leave, one watch and one housekeeper write.
 
 type beatResult struct {
-	sent time.Time
-	join bool
-	err  error
+	sent   time.Time
+	seq    uint64
+	join   bool
+	fenced bool // it said this replica is fenced
+	err    error
 }
 
 type watchResult struct {
@@ -25,19 +26,29 @@ type watchResult struct {
 }
 
 // heartbeat writes this replica's key. It may take until the fence it would renew ends: a
-// confirmation that comes later renews nothing.
-func (m *Member) heartbeat(join bool) {
+// confirmation that comes later renews nothing. A fenced one tells the others to take this
+// replica's share; from then on only a heartbeat sent later renews the fence.
+func (m *Member) heartbeat(join, fenced bool) {
 	sent := m.cfg.Clock.Now()
+	m.seq++
+	seq := m.seq
+	if fenced {
+		m.renewAfter, m.told = seq, true
+	}
+	m.pending++
+	value := beat{m.nonce, seq, fenced}.value()
 	m.async(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease-m.cfg.margin())
-		err := m.cfg.Store.Heartbeat(ctx, m.cfg.ReplicaID, m.cfg.Lease)
+		err := m.cfg.Store.Heartbeat(ctx, m.cfg.ReplicaID, value, m.cfg.Lease)
 		cancel()
-		m.beats <- beatResult{sent, join, err}
+		m.beats <- beatResult{sent, seq, join, fenced, err}
 	})
 }
 
 // beaten takes a heartbeat's result.
 func (m *Member) beaten(r beatResult) {
+	now := m.cfg.Clock.Now()
+	m.pending--
 	if r.err != nil {
 		m.cfg.Metrics.HeartbeatErrors.Inc()
 		if !m.failing {
@@ -50,11 +61,20 @@ func (m *Member) beaten(r beatResult) {
 			m.failing = false
 			m.cfg.Logger.Info("heartbeats confirmed again", "replica", m.cfg.ReplicaID)
 		}
-		if f := r.sent.Add(m.cfg.Lease - m.cfg.margin()); f.After(m.fence) && !r.sent.Before(m.renewFrom) {
-			m.fence = f
-			if m.cfg.Clock.Now().Before(f) {
-				m.step(renewed)
+		switch p := m.fs.phase; {
+		case !r.fenced && r.seq > m.renewAfter:
+			if f := r.sent.Add(m.cfg.Lease - m.cfg.margin()); f.After(m.fence) {
+				m.fence = f
+				if now.Before(f) {
+					m.step(renewed)
+					m.told = m.told && m.fs.phase != owning
+				}
 			}
+		case r.fenced && r.seq == m.renewAfter && (p == fenced || p == overdue || p == joining) &&
+			now.Sub(r.sent) <= m.cfg.Lease/2 && (m.cfg.Conn == nil || m.cfg.Conn.IsConnected()):
+			// Confirmed fast enough to keep a fence again: it claims its share back.
+			m.heartbeat(r.join, false)
+			return
 		}
 	}
 	if r.join {
@@ -66,7 +86,7 @@ func (m *Member) beaten(r beatResult) {
 // partitions at once; from now on only heartbeats sent later renew the fence.
 func (m *Member) leave() {
 	now := m.cfg.Clock.Now()
-	m.fence, m.renewFrom = minTime(m.fence, now), now
+	m.fence, m.renewAfter = minTime(m.fence, now), m.seq
 	m.publish()
 	m.async(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease-m.cfg.margin())

@@ -16,7 +16,7 @@ import (
 
 // Store is the membership bucket; *kvstore.Members implements it.
 type Store interface {
-	Heartbeat(ctx context.Context, replica string, ttl time.Duration) error
+	Heartbeat(ctx context.Context, replica string, value []byte, ttl time.Duration) error
 	Leave(ctx context.Context, replica string) error
 	WatchMembers(ctx context.Context) (<-chan kvstore.MemberEvent, error)
 	Campaign(ctx context.Context, key, holder string, ttl time.Duration) (uint64, error)
@@ -50,14 +50,13 @@ type Metrics struct {
 // Config configures a Member. The callbacks run on the member's goroutine (or in Start before
 // it runs) and must not block.
 type Config struct {
-	ReplicaID  string           // required
-	Partitions int              // the task bucket's partition count; required
-	Lease      time.Duration    // how long others count a replica alive after its heartbeat (default 5s)
-	Store      Store            // required
-	Conn       Conn             // nil: always connected
-	Logger     *slog.Logger     // default: discard
-	Clock      Clock            // default: the runtime's
-	Wall       func() time.Time // the wall clock, against the server's timestamps (default Clock.Now)
+	ReplicaID  string        // required
+	Partitions int           // the task bucket's partition count; required
+	Lease      time.Duration // how long others count a replica alive after its heartbeat (default 5s)
+	Store      Store         // required
+	Conn       Conn          // nil: always connected
+	Logger     *slog.Logger  // default: discard
+	Clock      Clock         // default: the runtime's
 	Metrics    Metrics
 
 	// Acks is given the partitions whose acks this replica takes from now on: those it owns and
@@ -83,9 +82,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = runtimeClock{}
-	}
-	if c.Wall == nil {
-		c.Wall = c.Clock.Now
 	}
 	m := &c.Metrics
 	if m.Owned == nil {

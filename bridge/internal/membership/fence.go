@@ -10,9 +10,10 @@ const (
 	leaving              // its Leave is in flight
 	left                 // its key is deleted: it waits some ticks, then joins
 	joining              // the heartbeat of its join is in flight
+	ousted               // another process writes its key: it owns nothing and writes nothing, for good
 )
 
-var phaseNames = [...]string{"owning", "fenced", "overdue", "leaving", "left", "joining"}
+var phaseNames = [...]string{"owning", "fenced", "overdue", "leaving", "left", "joining", "ousted"}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -28,9 +29,10 @@ const (
 	leaveDone                // the Leave was confirmed
 	leaveFailed              // the Leave failed
 	joinDone                 // the join's heartbeat was answered, confirmed or not
+	duplicate                // another process wrote this replica's key
 )
 
-var eventNames = [...]string{"tick", "expired", "fencedLong", "renewed", "down", "leaveDone", "leaveFailed", "joinDone"}
+var eventNames = [...]string{"tick", "expired", "fencedLong", "renewed", "down", "leaveDone", "leaveFailed", "joinDone", "duplicate"}
 
 func (e event) String() string { return eventNames[e] }
 
@@ -48,10 +50,15 @@ type fenceState struct {
 var initial = fenceState{phase: owning, pause: 1}
 
 // next is the fence machine. The shell acts on a transition: entering leaving starts a Leave,
-// entering joining sends the join's heartbeat, and a tick that ends in owning or fenced sends a
-// heartbeat.
+// entering joining sends the join's heartbeat, entering fenced from owning and a tick that ends in
+// owning or fenced send a heartbeat, and entering ousted reports the duplicate.
 func next(s fenceState, e event) fenceState {
+	if s.phase == ousted {
+		return s
+	}
 	switch e {
+	case duplicate:
+		s.phase = ousted
 	case tick:
 		switch s.phase {
 		case owning:

@@ -36,6 +36,11 @@ func TestFenceMachine(t *testing.T) {
 		{st(joining, 1, 2), joinDone, st(fenced, 1, 2)},
 		{st(joining, 1, 2), down, st(leaving, 1, 2)},
 		{st(owning, 1, 2), joinDone, st(owning, 1, 2)},
+		{st(owning, 0, 1), duplicate, st(ousted, 0, 1)},
+		{st(left, 2, 4), duplicate, st(ousted, 2, 4)},
+		{st(ousted, 0, 1), renewed, st(ousted, 0, 1)},
+		{st(ousted, 0, 1), tick, st(ousted, 0, 1)},
+		{st(ousted, 0, 1), down, st(ousted, 0, 1)},
 	} {
 		if got := next(c.from, c.ev); got != c.to {
 			t.Errorf("next(%v %+v, %v) = %v %+v, want %v %+v", c.from.phase, c.from, c.ev, got.phase, got, c.to.phase, c.to)

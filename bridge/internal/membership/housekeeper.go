@@ -31,7 +31,7 @@ func (m *Member) every() time.Duration { return m.cfg.Lease / 3 }
 // campaign renews the post this replica holds, or tries to take it.
 func (m *Member) campaign() {
 	h := &m.house
-	if h.busy {
+	if h.busy || m.fs.phase == ousted {
 		return
 	}
 	h.sent, h.busy = m.cfg.Clock.Now(), true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/axbridge/axbridge/internal/retry"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -17,30 +18,39 @@ import (
 // last heartbeat instead.
 var ErrNotLeft = errors.New("membership: leave not confirmed")
 
+// ErrReplicaInUse reports that another process writes this replica's heartbeat key: two
+// processes were given one replica id.
+var ErrReplicaInUse = errors.New("in use by another process")
+
 var errWatchEnded = errors.New("membership: the members watch ended")
 
 // Member is this replica's membership: its heartbeats, the member view, its share of the
 // partitions, its fence and the housekeeper election. One goroutine (run) owns all of its state;
 // store calls run as bounded async calls whose results come back to it on channels (calls.go).
 type Member struct {
-	cfg Config
+	cfg   Config
+	nonce string // this process's, in its heartbeats (beat)
 
-	mu      sync.Mutex // guards started and stopped
+	mu      sync.Mutex // guards started, stopped and inUse
 	started bool
 	stopped bool
+	inUse   error              // another process writes this replica's key (ErrReplicaInUse)
 	cancel  context.CancelFunc // ends run and the calls in flight
 	done    chan struct{}      // closed when run has returned; nil unless it was started
 
 	// Owned by run (and by Start before run starts).
-	ctx       context.Context
-	view      view
-	fs        fenceState
-	fence     time.Time // this replica owns its partitions until then
-	renewFrom time.Time // only heartbeats sent at or after it renew the fence
-	failing   bool      // heartbeats are failing (logged once)
-	downSince time.Time // when the connection was first seen down; zero while up
-	house     housekeeper
-	calls     sync.WaitGroup // async store calls in flight
+	ctx        context.Context
+	view       view
+	fs         fenceState
+	fence      time.Time // this replica owns its partitions until then
+	seq        uint64    // the last heartbeat's number
+	renewAfter uint64    // only heartbeats numbered above it renew the fence
+	pending    int       // heartbeats in flight
+	told       bool      // fenced, it told the others so: its heartbeats say so until it owns again
+	failing    bool      // heartbeats are failing (logged once)
+	downSince  time.Time // when the connection was first seen down; zero while up
+	house      housekeeper
+	calls      sync.WaitGroup // async store calls in flight
 
 	// Async results: written by the calls, read by run. Each has room for every call in flight.
 	beats   chan beatResult
@@ -57,6 +67,7 @@ func New(cfg Config) (*Member, error) {
 	}
 	return &Member{
 		cfg:     cfg,
+		nonce:   newNonce(),
 		beats:   make(chan beatResult, 16),
 		leaves:  make(chan error, 1),
 		watched: make(chan watchResult, 1),
@@ -66,7 +77,8 @@ func New(cfg Config) (*Member, error) {
 
 // Start joins: it loads the member view, gives Acks the partitions this replica will own, calls
 // Flush, heartbeats and publishes the first snapshot; then run keeps all of it up until Stop.
-// Every call is bounded by ctx, or by 10s when ctx has no deadline. A member starts once.
+// Every call is bounded by ctx, or by 10s when ctx has no deadline. A member starts once. It
+// fails with ErrReplicaInUse, wrapped, if another process heartbeats this replica's key.
 func (m *Member) Start(outer context.Context) (err error) {
 	m.mu.Lock()
 	if m.started || m.stopped {
@@ -87,7 +99,7 @@ func (m *Member) Start(outer context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	m.view = newView(m.cfg)
+	m.view = newView(m.cfg, m.nonce)
 	if err := m.load(ctx, events); err != nil {
 		return err
 	}
@@ -96,8 +108,9 @@ func (m *Member) Start(outer context.Context) (err error) {
 		return fmt.Errorf("subscribe to acks: %w", err)
 	}
 	sent := m.cfg.Clock.Now()
+	m.seq = 1
 	hctx, hcancel := withDefaultTimeout(outer)
-	err = m.cfg.Store.Heartbeat(hctx, m.cfg.ReplicaID, m.cfg.Lease)
+	err = m.cfg.Store.Heartbeat(hctx, m.cfg.ReplicaID, beat{m.nonce, m.seq, false}.value(), m.cfg.Lease)
 	hcancel()
 	if err != nil {
 		return err
@@ -118,15 +131,40 @@ func (m *Member) Start(outer context.Context) (err error) {
 	return nil
 }
 
-// load applies the watch's initial load.
+// load applies the watch's initial load. If that holds this replica's key as another process
+// wrote it, load goes on until the key is gone or the key has gone staleAfter without another
+// write (counted from its write by the store's time as read by this clock, and at most half a
+// lease from now): a live process heartbeats every quarter lease, so that is a process of this
+// id that ended without a leave (a restart after a crash), and a write meanwhile is a live one,
+// and load fails. A restart so waits a moment, not until the old key expires. (A clock ahead of
+// the store's shortens the wait; a second live process is then caught by its next write.)
 func (m *Member) load(ctx context.Context, events <-chan kvstore.MemberEvent) error {
-	for m.view.loading != nil {
+	var old <-chan time.Time // while the other process's key is there
+	for m.view.loading != nil || old != nil {
 		select {
 		case ev, ok := <-events:
 			if !ok {
 				return errWatchEnded
 			}
-			m.view.event(ev, m.cfg.Clock.Now(), m.cfg.Wall())
+			loading := m.view.loading != nil
+			switch foreign := m.view.event(ev, m.cfg.Clock.Now()); {
+			case foreign && !loading:
+				return m.ousted()
+			case foreign:
+				wait := m.cfg.Lease / 2
+				if age := m.cfg.Clock.Now().Sub(ev.At); age > 0 {
+					wait = min(wait, max(m.staleAfter()-age, 0))
+				}
+				m.cfg.Logger.Warn("this replica's key was written by another process: waiting for another heartbeat of it",
+					"replica", m.cfg.ReplicaID, "wait", wait)
+				t := m.cfg.Clock.NewTimer(wait)
+				defer t.Stop()
+				old = t.C()
+			case ev.Deleted && ev.ID == m.cfg.ReplicaID:
+				old = nil
+			}
+		case <-old:
+			old = nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -134,9 +172,33 @@ func (m *Member) load(ctx context.Context, events <-chan kvstore.MemberEvent) er
 	return nil
 }
 
+// staleAfter is how long after its last write a live member's key is written again at the latest
+// (a quarter lease, and a tenth for a late heartbeat).
+func (m *Member) staleAfter() time.Duration { return m.cfg.Lease/4 + m.cfg.Lease/10 }
+
+// Err returns ErrReplicaInUse, wrapped, once another process has written this replica's key;
+// this replica then owns nothing until it stops.
+func (m *Member) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inUse
+}
+
+// ousted records that another process writes this replica's key and returns the error.
+func (m *Member) ousted() error {
+	err := fmt.Errorf("membership: replica id %s is %w", m.cfg.ReplicaID, ErrReplicaInUse)
+	m.mu.Lock()
+	m.inUse = err
+	m.mu.Unlock()
+	m.cfg.Logger.Error("another process heartbeats this replica's key: this one claims, fires and heartbeats nothing; give each process an id of its own",
+		"replica", m.cfg.ReplicaID)
+	return err
+}
+
 // Stop ends the goroutine and the calls in flight, resigns the housekeeper post and deletes this
 // replica's key, bounded by ctx (the delete by a second at most). It returns ErrNotLeft, wrapped,
-// when the delete failed. Stop is idempotent; a member whose Start failed still leaves.
+// when the delete failed, and ErrReplicaInUse, wrapped, without a delete, if another process
+// writes the key. Stop is idempotent; a member whose Start failed still leaves.
 func (m *Member) Stop(ctx context.Context) error {
 	m.mu.Lock()
 	if m.stopped || !m.started {
@@ -155,6 +217,12 @@ func (m *Member) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("membership still running: %w", ctx.Err()))
 		}
+	}
+	m.mu.Lock()
+	inUse := m.inUse
+	m.mu.Unlock()
+	if inUse != nil { // the key is the other process's
+		return errors.Join(append(errs, inUse)...)
 	}
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	err := m.cfg.Store.Leave(lctx, m.cfg.ReplicaID)
@@ -177,7 +245,7 @@ func (m *Member) run(events <-chan kvstore.MemberEvent, status chan nats.Status)
 	houseTimer := c.NewTimer(0)        // the next housekeeper write
 	defer m.exit(status, beat, downTimer, viewTimer, rewatch, houseTimer)
 	m.arm(viewTimer)
-	pause := rewatchFirstPause
+	failed := 0 // starts of the members watch failed in a row
 	for {
 		isTick, conn := false, false
 		select {
@@ -205,19 +273,21 @@ func (m *Member) run(events <-chan kvstore.MemberEvent, status chan nats.Status)
 				}
 				events = nil
 				m.cfg.Logger.Warn("members watch ended; starting it again")
-				pause = rewatchFirstPause
+				failed = 0
 				m.watch()
 				break
 			}
-			m.view.event(ev, c.Now(), m.cfg.Wall())
+			if m.view.event(ev, c.Now()) {
+				m.step(duplicate)
+			}
 		case r := <-m.watched:
 			if r.err != nil {
 				m.cfg.Logger.Debug("start members watch; trying again", "err", r.err)
-				rewatch.Reset(pause)
-				pause = min(2*pause, rewatchMaxPause)
+				failed++
+				rewatch.Reset(retry.Rewatch.Wait(failed))
 				break
 			}
-			events, m.view.loading = r.events, map[string]time.Time{}
+			events, m.view.loading = r.events, map[string]peer{}
 		case <-rewatch.C():
 			m.watch()
 		case r := <-m.beats:
@@ -266,13 +336,24 @@ func (m *Member) step(e event) {
 	from := m.fs
 	m.fs = next(from, e)
 	switch to := m.fs.phase; {
+	case to == ousted && from.phase != ousted:
+		now := m.cfg.Clock.Now()
+		m.fence, m.house.until = minTime(m.fence, now), minTime(m.house.until, now)
+		m.setHouse(false)
+		_ = m.ousted()
 	case to == leaving && from.phase != leaving:
 		m.leave()
 	case to == joining && from.phase != joining:
 		m.cfg.Logger.Info("joining the replicas again", "replica", m.cfg.ReplicaID)
-		m.heartbeat(true)
-	case e == tick && (to == owning || to == fenced):
-		m.heartbeat(false)
+		m.heartbeat(true, true)
+	case e == tick && to == owning:
+		m.heartbeat(false, false)
+	case e == tick && to == fenced:
+		m.heartbeat(false, m.told || m.pending > 0)
+	case from.phase == owning && to == fenced && m.pending > 0:
+		// Its heartbeats are slow to be confirmed, not failing: they may well land, and the
+		// others count it alive, so it tells them to take its share.
+		m.heartbeat(false, true)
 	}
 }
 
@@ -292,11 +373,6 @@ func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFun
 	}
 	return context.WithTimeout(ctx, 10*time.Second)
 }
-
-const (
-	rewatchFirstPause = 50 * time.Millisecond
-	rewatchMaxPause   = 5 * time.Second
-)
 
 // publish brings the view up to date and hands its outputs to the callbacks.
 func (m *Member) publish() {

@@ -19,6 +19,7 @@ type memStore struct {
 	rev      uint64
 	watchers map[*memWatcher]bool
 	faults   map[string]*faults // by replica
+	lag      time.Duration      // the store's clock runs this much behind the members'
 }
 
 type memKey struct {
@@ -34,9 +35,10 @@ type memWatcher struct {
 
 // faults is what the store does to one replica's calls.
 type faults struct {
-	cut       bool // heartbeats fail and land nowhere
-	lose      bool // heartbeats land but report a failure
-	failWatch int  // this many WatchMembers calls fail
+	cut       bool          // heartbeats fail and land nowhere
+	lose      bool          // heartbeats land but report a failure
+	slow      time.Duration // heartbeats land at once but are confirmed this much later
+	failWatch int           // this many WatchMembers calls fail
 }
 
 func newMemStore() *memStore {
@@ -70,6 +72,13 @@ func (s *memStore) has(key string) bool {
 	return s.keys[key] != nil
 }
 
+// write writes key as another process would.
+func (s *memStore) write(key, value string, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.put(key, value, ttl)
+}
+
 // endWatches closes every watch, as a failed watch does.
 func (s *memStore) endWatches() {
 	s.mu.Lock()
@@ -86,7 +95,7 @@ func (s *memStore) put(key, value string, ttl time.Duration) uint64 {
 		k.exp.Stop()
 	}
 	s.rev++
-	k := &memKey{value: value, rev: s.rev, at: time.Now()}
+	k := &memKey{value: value, rev: s.rev, at: time.Now().Add(-s.lag)}
 	k.exp = time.AfterFunc(ttl, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -95,7 +104,7 @@ func (s *memStore) put(key, value string, ttl time.Duration) uint64 {
 		}
 	})
 	s.keys[key] = k
-	s.notify(kvstore.MemberEvent{ID: memberID(key), At: k.at})
+	s.notify(kvstore.MemberEvent{ID: memberID(key), At: k.at, Value: []byte(value)})
 	return k.rev
 }
 
@@ -133,15 +142,23 @@ type memView struct {
 
 var errCut = errors.New("cut off")
 
-func (v *memView) Heartbeat(ctx context.Context, replica string, ttl time.Duration) error {
+func (v *memView) Heartbeat(ctx context.Context, replica string, value []byte, ttl time.Duration) error {
 	s := v.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	f := s.fault(v.replica)
 	if f.cut {
+		s.mu.Unlock()
 		return errCut
 	}
-	s.put("m."+replica, "", ttl)
+	s.put("m."+replica, string(value), ttl)
+	s.mu.Unlock()
+	if f.slow > 0 {
+		select {
+		case <-time.After(f.slow):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if f.lose {
 		return errors.New("confirmation lost")
 	}
@@ -170,7 +187,7 @@ func (v *memView) WatchMembers(ctx context.Context) (<-chan kvstore.MemberEvent,
 	w := &memWatcher{ch: make(chan kvstore.MemberEvent, 4096)}
 	for key, k := range s.keys {
 		if id := memberID(key); id != "" {
-			w.ch <- kvstore.MemberEvent{ID: id, At: k.at}
+			w.ch <- kvstore.MemberEvent{ID: id, At: k.at, Value: []byte(k.value)}
 		}
 	}
 	w.ch <- kvstore.MemberEvent{InitDone: true}

@@ -11,50 +11,67 @@ import (
 // this replica takes. Owned by the member's goroutine.
 type view struct {
 	cfg     Config
-	others  map[string]time.Time // live replicas but this one → when they expire here (Clock)
-	loading map[string]time.Time // during a watch's initial load: the keys seen so far
-	parts   []bool               // owned, as last published unfenced
-	acks    []bool               // whose acks are taken: owned, or in their grace
-	grace   map[int]time.Time    // lost partitions whose acks are taken until then
-	sweepAt time.Time            // when Sweep is due next
-	fenced  bool                 // the last snapshot was fenced (logged once)
-	next    time.Time            // when update must run again at the latest
+	nonce   string            // this process's (beat)
+	others  map[string]peer   // live replicas but this one
+	loading map[string]peer   // during a watch's initial load: the keys seen so far
+	parts   []bool            // owned, as last published unfenced
+	acks    []bool            // whose acks are taken: owned, or in their grace
+	grace   map[int]time.Time // lost partitions whose acks are taken until then
+	sweepAt time.Time         // when Sweep is due next
+	fenced  bool              // the last snapshot was fenced (logged once)
+	next    time.Time         // when update must run again at the latest
 }
 
-func newView(cfg Config) view {
-	return view{cfg: cfg, others: map[string]time.Time{}, loading: map[string]time.Time{},
+// peer is another replica as this one sees it.
+type peer struct {
+	exp  time.Time // when it expires here (Clock)
+	beat           // its newest heartbeat
+}
+
+func newView(cfg Config, nonce string) view {
+	return view{cfg: cfg, nonce: nonce, others: map[string]peer{}, loading: map[string]peer{},
 		acks: make([]bool, cfg.Partitions), grace: map[int]time.Time{}}
 }
 
-// event applies one change of the membership bucket. A key in a watch's initial load counts from
-// the server's time of its heartbeat (wall); a later one from its arrival (now).
-func (v *view) event(ev kvstore.MemberEvent, now, wall time.Time) {
-	lease := v.cfg.Lease
+// event applies one change of the membership bucket that arrived at now. Every heartbeat, one of
+// a watch's initial load too, counts from its arrival (doc.go). foreign says another process
+// wrote this replica's key.
+func (v *view) event(ev kvstore.MemberEvent, now time.Time) (foreign bool) {
 	switch {
 	case ev.InitDone:
 		if v.loading != nil {
 			v.others, v.loading = v.loading, nil
 		}
-	case ev.ID == v.cfg.ReplicaID || ev.ID == "":
-		// this replica's liveness is its own confirmed heartbeats
+	case ev.ID == "":
+	case ev.ID == v.cfg.ReplicaID:
+		// This replica's liveness is its own confirmed heartbeats.
+		return !ev.Deleted && parseBeat(ev.Value).nonce != v.nonce
 	case ev.Deleted:
 		delete(v.others, ev.ID)
 		delete(v.loading, ev.ID)
-	case v.loading != nil:
-		if age := max(wall.Sub(ev.At), 0); age < lease {
-			v.loading[ev.ID] = now.Add(lease - age)
-		}
 	default:
-		v.others[ev.ID] = now.Add(lease)
+		ps := v.others
+		if v.loading != nil {
+			ps = v.loading
+		}
+		p, b := ps[ev.ID], parseBeat(ev.Value)
+		if b.nonce != p.nonce || b.seq >= p.seq {
+			p.beat = b
+		}
+		p.exp = now.Add(v.cfg.Lease)
+		ps[ev.ID] = p
 	}
+	return false
 }
 
 // prepare returns the partitions this replica will own once the members it sees count it too,
 // whose acks it takes from now on.
 func (v *view) prepare(now time.Time) []bool {
 	live := []string{v.cfg.ReplicaID}
-	for id := range v.others {
-		live = append(live, id)
+	for id, p := range v.others {
+		if !p.fenced {
+			live = append(live, id)
+		}
 	}
 	slices.Sort(live)
 	v.takeAcks(share(live, v.cfg.Partitions, v.cfg.ReplicaID), now)
@@ -62,18 +79,20 @@ func (v *view) prepare(now time.Time) []bool {
 }
 
 // update expires what ran out and computes the snapshot of now, with this replica a member if
-// self. acksMoved says v.acks changed.
+// self; a replica whose newest heartbeat says it is fenced is none. acksMoved says v.acks changed.
 func (v *view) update(now time.Time, self bool, until time.Time) (o Ownership, changed, acksMoved bool) {
 	v.next = now.Add(v.cfg.Lease)
 	live := make([]string, 0, len(v.others)+1)
-	for id, exp := range v.others {
-		if !now.Before(exp) {
+	for id, p := range v.others {
+		if !now.Before(p.exp) {
 			delete(v.others, id)
 			v.cfg.Logger.Info("replica no longer alive: its partitions move", "member", id)
 			continue
 		}
-		live = append(live, id)
-		v.next = minTime(v.next, exp)
+		v.next = minTime(v.next, p.exp)
+		if !p.fenced { // a fenced one owns nothing: the others take its share
+			live = append(live, id)
+		}
 	}
 	if self {
 		live = append(live, v.cfg.ReplicaID)
