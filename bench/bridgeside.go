@@ -159,7 +159,7 @@ func (r *runner) startBridgeNamed(ctx context.Context, s *bridgeSide, id string)
 	reg := prometheus.NewRegistry()
 	claims := &claimCounter{JetStore: store}
 	b, err := bridge.New(bnc, claims, bridge.Config{
-		ReplicaID: id, Stream: bridgeStream, StreamReplicas: s.srv.replicas(),
+		ReplicaID: id, Stream: bridgeStream, StreamReplicas: s.srv.replicas(), NoAckLog: r.o.noAckLog,
 		Logger: r.log, Registerer: reg,
 	})
 	if err != nil {

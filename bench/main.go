@@ -20,8 +20,9 @@ import (
 type options struct {
 	sync       string // "always" or "default"
 	cluster    bool
-	bridges    int // bridges in this process on the bridge side
-	writeBatch int // the bridge store's BatchMax (kvstore.Config)
+	bridges    int  // bridges in this process on the bridge side
+	writeBatch int  // the bridge store's BatchMax (kvstore.Config)
+	noAckLog   bool // the bridge runs without its ack log
 	intake     int
 	spread     int
 	burst      int
@@ -53,6 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.bridges, "bridges", 1, "bridge replicas on the bridge side, each on its own connection (claim conflicts are counted)")
 	o.writeBatch = kvstore.DefaultBatchMax
 	fs.Var((*kvstore.BatchMaxFlag)(&o.writeBatch), "write-batch", "the bridge's store writes grouped into one atomic batch: auto, or 1-1000 (as axbridge --write-batch); 1 sends each on its own")
+	ackLog := fs.Bool("ack-log", true, "the bridge keeps consumer replies in its ack log (as axbridge --ack-log; false is --ack-log off)")
 	fs.IntVar(&o.intake, "intake", 0, "schedules published in the intake row (default: --burst)")
 	fs.IntVar(&o.spread, "spread", 2000, "tasks spread over 0.5–4 s in the lateness rows")
 	fs.IntVar(&o.burst, "burst", 50000, "tasks due at one instant in the burst and writes rows")
@@ -106,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.only = append(o.only, s)
 		}
 	}
+	o.noAckLog = !*ackLog
 	return o, errors.Join(errs...)
 }
 

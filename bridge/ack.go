@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/axbridge/axbridge/internal/retry"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -63,7 +64,7 @@ func parseAckBody(data []byte) ackBody {
 
 // maxReason bounds a +TERM reason kept in the record's last_error (review N12): a longer one could
 // make the DEAD record too large to store, and the term would never be applied.
-const maxReason = 1024
+const maxReason = kvstore.MaxReasonLen
 
 // truncateReason is r as text, cut to maxReason bytes at a UTF-8 boundary, with "…" if cut.
 func truncateReason(r []byte) string {
@@ -108,7 +109,6 @@ func (b *Bridge) enqueueAck(r ackReq) {
 }
 
 func (b *Bridge) ackWorker(ctx context.Context) {
-	defer b.workers.Done()
 	for {
 		select {
 		case r := <-b.acks:
@@ -189,28 +189,31 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 		b.ackStale(op, e, err)
 		return
 	}
+	// Its room on the settle queue is taken before the write, so that a write that fails
+	// always finds it (settleQueue); Stop meanwhile leaves the ack unanswered.
+	size := ackSize(op, stubOf(&next))
+	if !b.settle.reserve(ctx, size) {
+		op.release()
+		return
+	}
 	b.pipelined.Add(1)
 	b.store.UpdateAsync(ctx, &next, e.Revision, func(rev uint64, err error) {
 		defer b.pipelined.Done()
 		if err == nil {
+			b.settle.release(size)
 			b.ackApplied(op, &next, rev)
 			return
 		}
 		var wrote *kvstore.Task
 		if !errors.Is(err, kvstore.ErrConflict) {
 			b.storeFailed(opAck, op.addr.id, err)
-			wrote = &next
 		}
-		// Settle it on a goroutine of its own: this one completes other writes.
+		if kvstore.Unknown(err) {
+			wrote = stubOf(&next)
+		}
+		// Settled by a settle worker: this goroutine completes other writes.
 		b.pipelined.Add(1)
-		go func() {
-			defer b.pipelined.Done()
-			defer op.release()
-			if b.fired.acquire(ctx) {
-				defer b.fired.release()
-				b.applyAckRead(ctx, op, wrote)
-			}
-		}()
+		b.settle.failed <- failedAck{op: op, wrote: wrote, size: size}
 	})
 }
 
@@ -222,7 +225,7 @@ func (b *Bridge) applyAck(ctx context.Context, r ackReq) {
 // may land late, after a retry of it lost its CAS), it is the reply applied.
 func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Task) {
 	defer op.release()
-	var wait retryWait
+	wait := retry.Backoff{Policy: retry.Ack}
 	conflicts := 0
 	var unknown []kvstore.Task // writes of this reply that may have landed, the last few
 	if wrote != nil {
@@ -236,7 +239,7 @@ func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Tas
 			return
 		case err != nil:
 			b.storeFailed(opAckRead, op.addr.id, err)
-			if !wait.next(ctx) {
+			if !wait.Next(ctx) {
 				return
 			}
 			continue
@@ -260,16 +263,24 @@ func (b *Bridge) applyAckRead(ctx context.Context, op *ackOp, wrote *kvstore.Tas
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
 			// Someone else wrote (or an earlier write of ours landed late): read again, at once
 			// the first time.
-			if conflicts++; conflicts > 1 && !wait.next(ctx) {
+			if conflicts++; conflicts > 1 && !wait.Next(ctx) {
 				return
 			}
+		case kvstore.Permanent(err):
+			b.m.ack.storeError(opAck, err)
+			if b.abandon(ctx, e, opAck, err) && wait.Next(ctx) {
+				continue // the DEAD write failed for the moment: read again, and retry the reply
+			}
+			return
 		default:
 			b.storeFailed(opAck, op.addr.id, err)
-			if len(unknown) == maxUnknownWrites {
-				unknown = unknown[1:]
+			if kvstore.Unknown(err) {
+				if len(unknown) == maxUnknownWrites {
+					unknown = unknown[1:]
+				}
+				unknown = append(unknown, *stubOf(&next))
 			}
-			unknown = append(unknown, next)
-			if !wait.next(ctx) {
+			if !wait.Next(ctx) {
 				return
 			}
 		}

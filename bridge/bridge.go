@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/axbridge/axbridge/bridge/internal/membership"
 	"github.com/axbridge/axbridge/kvstore"
@@ -36,15 +35,33 @@ type Store interface {
 // bucket's partitions (members.go), and every state change is a CAS on the task's revision, so
 // they never fire a task twice within one lease, even while partitions move.
 type Bridge struct {
-	cfg   Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	store Store
-	log   *slog.Logger
-	m     *metrics
-	fired *inflight    // records this replica claimed, for a read-free ack
-	hand  attemptHolds // acks received and not yet written or found stale: the lease waits for them
-	out   attemptHolds // claims written and not yet answered: nobody published their attempts
+	// Set by New, read-only after it.
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	store  Store
+	log    *slog.Logger
+	m      *metrics
+	nparts int // the bucket's partition count
+	// acklog: the ack log, set by the acks service's Start before any worker runs; read by the
+	// workers' lease steps.
+	acklog ackLog
+
+	// Shared between goroutines, each guarded by its own lock.
+	// fired: the records this replica claimed, for a read-free ack. Written by claim completions
+	// (put) and ack workers (take, put back), dropped by the loop and the membership goroutine.
+	fired *inflight
+	// hand: acks received and not yet written or found stale, so the lease waits for them.
+	// Written by ack workers, read by the workers' lease steps.
+	hand attemptHolds
+	// out: claims written and not yet answered, whose attempts nobody published. Written by
+	// fire workers and claim completions, read by the workers' lease steps.
+	out attemptHolds
+	// outage: store failures of task steps. Written by workers and ack paths, ticked by the loop.
+	outage *outageLog
+	// settle: room for pipelined acks whose write failed. Written by write completions, read
+	// by the settle workers.
+	settle *settleQueue
 
 	// mu guards the lifecycle state; it is never held across a network call.
 	mu          sync.Mutex
@@ -54,42 +71,37 @@ type Bridge struct {
 	startDone   chan struct{}      // closed when Start has returned or failed
 	stopped     chan struct{}      // closed when everything Start began has ended
 
-	// Set by Start before anything runs, read by Stop after startDone.
-	stopIntake context.CancelFunc   // ends runIntake, which drains the intake consumer
-	stopLoop   context.CancelFunc   // ends the scheduling loop (and with it the workers' job supply)
-	stopWork   context.CancelFunc   // ends the workers' store calls; last thing Stop does
-	watcher    kvstore.Watcher      // the loop's watch, until the loop runs
-	ackSubs    []*nats.Subscription // the ack subscriptions, once the membership goroutine ended
-	advSub     *nats.Subscription   // the intake consumer's max-deliveries advisories
-	api        micro.Service        // the task API: get, cancel, requeue
-	loopRuns   bool                 // the loop goroutine was started (loopEnd will close)
-	intakeRuns bool                 // runIntake was started (intakeEnd will close)
+	// Written by Start before anything runs, read by Stop after startDone.
+	svc      bridgeServices
+	started  int                // services whose Start was called
+	workCtx  context.Context    // the workers' and the API's store calls; read by the services
+	stopWork context.CancelFunc // ends workCtx; the last thing Stop does
 
-	jobs        chan job       // loop → workers
-	results     chan result    // workers → loop
-	acks        chan ackReq    // ack subscriptions → ack workers
-	intakeErrs  chan error     // consumer error handler → runIntake: check the consumer still exists
-	intake      sync.WaitGroup // schedule messages between delivery and their store outcome
-	workers     sync.WaitGroup // workers and ack workers
-	fireWorkers sync.WaitGroup // workers alone: once they are done, no claim starts
-	claims      sync.WaitGroup // pipelined claims between their write and its completion (and fire)
-	pipelined   sync.WaitGroup // pipelined acks between their write and its completion
-	loopEnd     chan struct{}  // closed when the loop returns
-	intakeEnd   chan struct{}  // closed when runIntake returns
-	acksEnd     chan struct{}  // closed by Stop once no more acks can arrive on acks
-	ready       chan struct{}  // closed when the initial load of the bucket is indexed
+	// Channels, each written by one role and read by another.
+	jobs       chan job      // loop → fire workers; closed by the loop as it returns
+	results    chan result   // fire workers, claim completions → loop
+	acks       chan ackReq   // ack subscriptions → ack workers
+	intakeErrs chan error    // consumer error handler → runIntakeFrom: check the consumer still exists
+	loopEnd    chan struct{} // closed by the loop as it returns; read by Stop
+	intakeEnd  chan struct{} // closed by runIntakeFrom as it returns; read by Stop
+	acksEnd    chan struct{} // closed by Stop once no more acks can arrive on acks; read by ack paths
+	ready      chan struct{} // closed by the loop once the initial load is indexed; read by users
 
-	intakeMu     sync.Mutex // guards intakeClosed against intake.Add
-	intakeClosed bool       // Stop no longer waits for new schedule messages
-	maxDeliver   atomic.Int64
-	intakeOutage storeOutage
+	// Work between its start and its completion, waited for by Stop.
+	intake    sync.WaitGroup // schedule messages between delivery and their store outcome
+	claims    sync.WaitGroup // pipelined claims between their write and its completion (and fire)
+	pipelined sync.WaitGroup // pipelined acks between their write and its completion or settling
+	settlers  sync.WaitGroup // settle workers; they end with workCtx
 
-	outage *outageLog // store failures of task steps, logged once per change of state
+	intakeMu     sync.Mutex   // guards intakeClosed against intake.Add
+	intakeClosed bool         // set by Stop: it no longer waits for new schedule messages
+	maxDeliver   atomic.Int64 // the intake consumer's max deliver; written by intake setup, read by handlers
+	intakeOutage storeOutage  // intake's store failures; written and read by intake handlers (own lock)
+	replay       replayGuard  // refuses replayed schedules of tasks that may have retired; intake handlers
 
 	// Membership and ownership (members.go, package membership). Written by the membership
 	// goroutine through its callbacks unless said otherwise.
-	members     Membership
-	nparts      int                        // the bucket's partition count
+	members     Membership                 // set by New or Start's join
 	own         atomic.Pointer[ownership]  // read by everyone
 	ownChanged  chan struct{}              // membership goroutine → loop: the owned set changed (capacity 1)
 	house       atomic.Bool                // this replica is the housekeeper; read by the purge loop and metrics
@@ -128,6 +140,7 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		cfg: cfg, nc: nc, js: js, store: store, log: cfg.Logger,
 		m:          newMetrics(cfg.Registerer),
 		fired:      newInflight(),
+		settle:     newSettleQueue(settleQueueLen, settleQueueBytes),
 		outage:     newOutageLog(cfg.Logger),
 		startDone:  make(chan struct{}),
 		stopped:    make(chan struct{}),
@@ -143,8 +156,13 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		nparts:     store.Partitions(),
 		ownChanged: make(chan struct{}, 1),
 	}
+	b.svc = bridgeServices{acks: acksService{b: b}, members: membersService{b: b},
+		sched: schedService{b: b}, api: apiService{b: b}, intake: intakeService{b: b}}
 	b.m.members = newMemberMetrics(b, cfg.Registerer)
 	b.maxDeliver.Store(int64(cfg.IntakeMaxDeliver))
+	if r, ok := store.(interface{ Retention() time.Duration }); ok {
+		b.replay.on, b.replay.after = true, max(r.Retention().Truncate(time.Second)-cfg.LeaseSkew, 0)
+	}
 	return b, nil
 }
 
@@ -198,65 +216,15 @@ func (b *Bridge) Start(ctx context.Context) error {
 	return nil
 }
 
-// start does Start's work; whatever it began, shutdown ends.
+// start does Start's work: it starts the services in order; whatever it began, shutdown ends.
 func (b *Bridge) start(ctx context.Context) error {
-	cons, err := b.ensureIntake(ctx)
-	if err != nil {
-		return err
-	}
-	loopCtx, stopLoop := context.WithCancel(context.Background())
-	workCtx, stopWork := context.WithCancel(context.Background())
-	b.stopLoop, b.stopWork = stopLoop, stopWork
-	if err := b.join(ctx); err != nil {
-		return err
-	}
-	parts := b.own.Load().owned()
-	if len(parts) > 0 { // a watch of no partitions would be a watch of all
-		if b.watcher, err = b.watch(ctx, loopCtx, parts); err != nil {
-			return fmt.Errorf("bridge: watch tasks: %w", err)
+	b.workCtx, b.stopWork = context.WithCancel(context.Background())
+	for _, s := range b.services() {
+		b.started++
+		if err := s.Start(ctx); err != nil {
+			return err
 		}
 	}
-
-	w := b.watcher
-	b.watcher, b.loopRuns = nil, true
-	go b.loop(loopCtx, w, parts)
-	for range b.cfg.Workers {
-		b.workers.Add(1)
-		b.fireWorkers.Add(1)
-		go func() {
-			defer b.fireWorkers.Done()
-			b.worker(workCtx)
-		}()
-	}
-	for range b.cfg.AckWorkers {
-		b.workers.Add(1)
-		go b.ackWorker(workCtx)
-	}
-	if b.api, err = b.startAPI(workCtx); err != nil {
-		return fmt.Errorf("bridge: task API: %w", err)
-	}
-	if b.advSub, err = b.watchMaxDeliveries(); err != nil {
-		return fmt.Errorf("bridge: subscribe to intake advisories: %w", err)
-	}
-	// The server has the ack and API subscriptions once Start returns: an ack or request sent
-	// right after is not lost in between.
-	fctx, fcancel := withDefaultTimeout(ctx)
-	err = b.nc.FlushWithContext(fctx)
-	fcancel()
-	if err != nil {
-		return fmt.Errorf("bridge: start: flush subscriptions: %w", err)
-	}
-	if err := ctx.Err(); err != nil { // a Stop came while the steps above ran
-		return fmt.Errorf("bridge: start: %w", err)
-	}
-	intakeCtx, stopIntake := context.WithCancel(context.Background())
-	b.stopIntake, b.intakeRuns = stopIntake, true
-	cc, err := b.consume(cons)
-	if err != nil {
-		b.log.Warn("intake: consume failed; retrying", "stream", b.cfg.Stream, "err", err)
-		cons = nil
-	}
-	go b.runIntakeFrom(intakeCtx, cons, cc)
 	return nil
 }
 
@@ -365,74 +333,21 @@ func (b *Bridge) Stop(ctx context.Context) error {
 	return err
 }
 
-// shutdown ends whatever start began, in order, bounded by ctx.
+// shutdown stops the services start began, in reverse, each bounded by ctx, then ends the
+// workers' store calls.
 func (b *Bridge) shutdown(ctx context.Context) error {
 	var errs []error
-	if b.api != nil {
-		_ = b.api.Stop()
-	}
-	if b.advSub != nil {
-		_ = b.advSub.Unsubscribe()
-	}
-	if b.intakeRuns {
-		b.stopIntake()
-		select {
-		case <-b.intakeEnd:
-		case <-ctx.Done():
-			errs = append(errs, errors.New("intake consumer still draining"))
-		}
-	}
-	b.closeIntake()
-	if !waitCtx(ctx, &b.intake) {
-		errs = append(errs, errors.New("schedule messages still being stored"))
-	}
-	// The loop closes the job channel as it returns; workers finish the jobs they hold.
-	if b.stopLoop != nil {
-		b.stopLoop()
-	}
-	if b.watcher != nil {
-		_ = b.watcher.Stop()
-	}
-	if b.loopRuns {
-		select {
-		case <-b.loopEnd:
-		case <-ctx.Done():
-			errs = append(errs, errors.New("scheduling loop still running"))
-		}
-	}
-	// Claims in flight publish their fires; replies to them must still find the ack subscriptions.
-	b.log.Debug("stop: waiting for claims in flight before taking no more acks")
-	if !waitCtx(ctx, &b.fireWorkers) || !waitCtx(ctx, &b.claims) {
-		errs = append(errs, errors.New("claims still in flight"))
-	}
-	// No more claims: stop heartbeating and leave, so that the others take the partitions over at
-	// once. The ack subscriptions stay until the acks already sent are applied.
-	if b.member != nil {
-		left, err := b.stopMember(ctx)
-		if err != nil {
+	svcs := b.services()
+	for i := b.started - 1; i >= 0; i-- {
+		if err := svcs[i].Stop(ctx); err != nil {
 			errs = append(errs, err)
-		} else {
-			b.ackSubs = b.ackSubscriptions()
 		}
-		b.handOverAcks(ctx, left)
-	}
-	// Drain delivers the acks the server already sent, then closes the subscriptions.
-	for _, sub := range b.ackSubs {
-		closed := sub.StatusChanged(nats.SubscriptionClosed)
-		if err := sub.Drain(); err == nil {
-			select {
-			case <-closed:
-			case <-ctx.Done():
-				_ = sub.Unsubscribe()
-			}
-		}
-	}
-	close(b.acksEnd)
-	if !waitCtx(ctx, &b.workers) || !waitCtx(ctx, &b.pipelined) {
-		errs = append(errs, errors.New("acks still in flight"))
 	}
 	if b.stopWork != nil {
 		b.stopWork()
+	}
+	if !waitCtx(ctx, &b.settlers) {
+		errs = append(errs, errors.New("settle workers still running"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bridge stop: %w: %w", err, ctx.Err())
@@ -444,8 +359,8 @@ func (b *Bridge) shutdown(ctx context.Context) error {
 // subscribed to its partitions' acks: they do once they see its leave (left), or its key expire a
 // lease after its last heartbeat. Acks sent meanwhile are applied here, not lost (review N4). It
 // takes at most half of what ctx has left, and nothing when no other replica is alive.
-func (b *Bridge) handOverAcks(ctx context.Context, left bool) {
-	if len(b.ackSubs) == 0 || b.liveMembers.Load() <= 1 {
+func (b *Bridge) handOverAcks(ctx context.Context, subs []*nats.Subscription, left bool) {
+	if len(subs) == 0 || b.liveMembers.Load() <= 1 {
 		return
 	}
 	grace := b.cfg.PartitionLease

@@ -43,6 +43,14 @@ type Config struct {
 	// no max deliver of its own: the server never gives a message up.)
 	IntakeMaxDeliver int
 
+	// AckLog is the stream that keeps every consumer reply for AckLogMaxAge (default the prefix
+	// in upper case plus "_ACKS": "AX_ACKS"; AckLogMaxAge default 2m), so that an ack that reached
+	// a replica which died before writing it settles its attempt all the same (subjects.md, "The
+	// ack log"). NoAckLog runs without it: such an attempt is retried after its ack wait.
+	AckLog       string
+	AckLogMaxAge time.Duration
+	NoAckLog     bool
+
 	// Replicas divide the bucket's partitions among the live ones (members.go).
 	//
 	// PartitionLease is how long a replica counts as alive after its last heartbeat (default 5s;
@@ -70,9 +78,10 @@ type Config struct {
 	// MaxHorizon: due times further in the future than this are rejected (default 400 days).
 	MaxHorizon time.Duration
 	// MaxPayload caps payload plus caller headers of one task (default 960 KiB, under NATS's
-	// default 1 MiB message limit with room for the record's metadata). The encoded record is
-	// checked as well, against the connection's max payload minus 4 KiB: what passes both is
-	// stored, what does not is refused with PAYLOAD_TOO_LARGE and never retried.
+	// default 1 MiB message limit with room for the record's metadata). The record's largest
+	// message in any later state is checked as well, against the connection's max payload
+	// (subjects.md, "Size"): what passes both is stored, what does not is refused with
+	// PAYLOAD_TOO_LARGE and never retried.
 	MaxPayload int
 	// PreRead: tasks due within this window keep their payload in memory so that firing them
 	// needs no read (default 2s). Tasks further out are indexed without payload.
@@ -130,6 +139,8 @@ func (c Config) withDefaults() Config {
 	c.subj = subjectsOf(c.Prefix)
 	c.Stream = cmp.Or(c.Stream, strings.ToUpper(c.Prefix)+"_SCHEDULE")
 	c.Consumer = cmp.Or(c.Consumer, c.Prefix+"bridge")
+	c.AckLog = cmp.Or(c.AckLog, strings.ToUpper(c.Prefix)+"_ACKS")
+	c.AckLogMaxAge = cmp.Or(c.AckLogMaxAge, DefaultAckLogMaxAge)
 	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
 	c.IntakeMaxDeliver = cmp.Or(c.IntakeMaxDeliver, 20)
 	if c.ReplicaID == "" {
@@ -192,6 +203,9 @@ func (c Config) validate() error {
 	}
 	if c.PreRead < 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
 		errs = append(errs, errors.New("pre-read, workers, payload limit, tolerance and horizon must be positive"))
+	}
+	if c.AckLogMaxAge < time.Second {
+		errs = append(errs, fmt.Errorf("ack log max age %v: want at least 1s", c.AckLogMaxAge))
 	}
 	if c.PartitionLease < 500*time.Millisecond {
 		errs = append(errs, fmt.Errorf("partition lease %v: want at least 500ms", c.PartitionLease))

@@ -30,7 +30,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	if !b.ownsTask(j.ID) {
 		// Not (or no longer) this replica's partition, or its heartbeats are not confirmed: no
 		// read, no claim. The loop keeps the step if it still counts the partition as its own.
-		b.report(result{ID: j.ID, Rev: j.Rev, Kind: jobFire, At: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter),
+		b.report(result{ID: j.ID, Rev: j.Rev, Kind: jobFire, At: b.retryAt(),
 			Retry: true, Unsure: j.Unsure})
 		return
 	}
@@ -62,7 +62,7 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 	// of that revision), and reading it back would take that claim for this one's.
 	unsure := j.Unsure && e.Revision == j.Rev
 	if !b.ownsTask(t.ID) { // again: the read may have taken a while
-		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobFire, At: addMs(nowMs, retryStoreAfter), Retry: true,
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobFire, At: b.retryAt(), Retry: true,
 			Unsure: unsure})
 		return
 	}
@@ -77,7 +77,7 @@ func (b *Bridge) ownClaim(t *kvstore.Task, rev uint64) bool {
 // claim writes the claim of e, a WAITING record, by CAS on its revision, which becomes the claim's
 // fencing token. The write is pipelined: the worker moves on, and the fire is published from the
 // write's completion. Stop waits for these through b.claims. A claim whose outcome is unknown (a
-// timeout, a closed connection) goes back to the loop as an unsure fire step of e's revision: the
+// timeout, a closed connection: kvstore.Unknown) goes back to the loop as an unsure fire step of e's revision: the
 // next try reads the record back and publishes if the claim landed, claims again if it did not.
 // unsure says an earlier claim of this revision had an unknown outcome, so a conflict may be that
 // claim landing late, and is read back too. A claim written ahead of the task's due time is fired
@@ -104,11 +104,23 @@ func (b *Bridge) claim(ctx context.Context, e kvstore.Entry, unsure bool, taken 
 		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
 			b.m.members.claimConflicts.Inc()
 			return // another replica or an API call got there first; the watch brings its write
+		case kvstore.Permanent(err):
+			b.m.ack.storeError(opClaim, err)
+			b.pipelined.Add(1)
+			go func() { // off the goroutine that completes other writes
+				defer b.pipelined.Done()
+				if b.abandon(context.Background(), e, opClaim, err) {
+					b.report(result{ID: e.Task.ID, Rev: e.Revision, Kind: jobFire, Retry: true,
+						At: b.retryAt()})
+				}
+			}()
+			return
 		default:
 			b.storeFailed(opClaim, e.Task.ID, err)
+			unsure = unsure || kvstore.Unknown(err)
 		}
-		b.report(result{ID: e.Task.ID, Rev: e.Revision, Kind: jobFire, Retry: true, Unsure: true,
-			At: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter)})
+		b.report(result{ID: e.Task.ID, Rev: e.Revision, Kind: jobFire, Retry: true, Unsure: unsure,
+			At: b.retryAt()})
 	})
 }
 
@@ -122,17 +134,17 @@ func (b *Bridge) publishFire(e kvstore.Entry) bool {
 	t := &e.Task
 	p := kvstore.Partition(t.ID, b.nparts)
 	nowMs := b.cfg.Now().UnixMilli()
-	if nowMs >= t.LeaseUntil {
+	switch b.fired.handle(e, nowMs) {
+	case handled:
+		// A second path to the same landed claim (a read-back racing the claim's own outcome):
+		// the attempt went out, or was given back, already.
+		b.log.Debug("attempt already published", "task_id", t.ID, "attempt", t.Attempt)
+		return false
+	case giveItBack:
 		b.m.members.fencedFires.Inc()
 		b.log.Warn("claimed but not fired: the attempt's lease ended before its fire could go out",
 			"task_id", t.ID, "partition", p, "attempt", t.Attempt, "late_ms", nowMs-t.LeaseUntil)
 		b.giveBack(e, nowMs)
-		return false
-	}
-	if !b.fired.putOnce(e) {
-		// A second path to the same landed claim (a read-back racing the claim's own outcome):
-		// the attempt went out already.
-		b.log.Debug("attempt already published", "task_id", t.ID, "attempt", t.Attempt)
 		return false
 	}
 	h := fireHeader(t)
@@ -177,6 +189,34 @@ func (b *Bridge) giveBack(e kvstore.Entry, nowMs int64) {
 		}
 		b.log.Debug("give back an attempt not fired; its lease's expiry counts it instead", "task_id", e.Task.ID, "err", err)
 	})
+}
+
+// abandon ends e's task, whose write op the store refused for good (kvstore.Permanent): DEAD with
+// a STORE_REFUSED reason and a dead event, rather than a write sent again for ever (review N3). It
+// reports whether that write failed for the moment and the caller should try op again later; a
+// DEAD write refused for good too leaves the task as it is, logged at Error.
+func (b *Bridge) abandon(ctx context.Context, e kvstore.Entry, op string, cause error) (again bool) {
+	reason := truncateReason([]byte(CodeStoreRefused + ": the task store refused the " + op + " for good: " + cause.Error()))
+	next, err := kvstore.Abandon(e.Task, b.cfg.Now().UnixMilli(), reason)
+	if err != nil {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	defer cancel()
+	_, err = b.store.Update(wctx, &next, e.Revision)
+	switch {
+	case err == nil:
+		b.dead(&next)
+	case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
+		// Another write got there first; the watch brings it.
+	case kvstore.Permanent(err):
+		b.log.Error("the task store refuses every write of this task; it is left as it is and not tried again until a restart",
+			"task_id", e.Task.ID, "status", e.Task.Status, "err", err, "what_to_do", "delete its key from the task bucket (nats kv del)")
+	default:
+		b.storeFailed(op, e.Task.ID, err)
+		return true
+	}
+	return false
 }
 
 // fireHeader is the caller's headers plus the bridge's own (subjects.md, "Firing").

@@ -68,8 +68,14 @@ func newFaultEnvCfg(t *testing.T, wrap func(*faultstore.Store) bridge.Store, cfg
 // fires subscribes to ax.fire.<biz> and queues what arrives.
 func (fe *faultEnv) fires(biz string) chan *nats.Msg {
 	fe.t.Helper()
+	return fe.subscribe(bridge.FirePrefix + biz)
+}
+
+// subscribe subscribes to subject and queues what arrives.
+func (fe *faultEnv) subscribe(subject string) chan *nats.Msg {
+	fe.t.Helper()
 	ch := make(chan *nats.Msg, 16)
-	sub, err := fe.nc.ChanSubscribe(bridge.FirePrefix+biz, ch)
+	sub, err := fe.nc.ChanSubscribe(subject, ch)
 	if err != nil {
 		fe.t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/axbridge/axbridge/bridge/internal/membership"
 )
 
 // Reasons Health and Readiness report; match with errors.Is.
@@ -15,11 +17,14 @@ var (
 	ErrNATSClosed    = errors.New("bridge: NATS connection is closed")
 	ErrNATSDown      = errors.New("bridge: NATS connection is down (reconnecting)")
 	ErrNotLoaded     = errors.New("bridge: initial load of the bucket is not done")
+	// ErrReplicaInUse: another process heartbeats this replica's id. Start fails with it, and a
+	// running replica that sees it owns nothing from then on (Stop returns it too).
+	ErrReplicaInUse = membership.ErrReplicaInUse
 )
 
 // Health says whether this replica is doing its work: nil while it runs, takes schedule messages,
-// watches the bucket and has a NATS connection that is not closed; otherwise the first of those
-// that does not hold. A connection that is down and reconnecting is not a failure of health (see
+// watches the bucket, has a NATS connection that is not closed and its replica id to itself;
+// otherwise the first of those that does not hold. A connection that is down and reconnecting is not a failure of health (see
 // Readiness). It reads state the bridge keeps anyway and is safe to call at any time.
 func (b *Bridge) Health() error {
 	b.mu.Lock()
@@ -37,7 +42,7 @@ func (b *Bridge) Health() error {
 	case !b.watchUp():
 		return ErrWatchDown
 	}
-	return nil
+	return b.member.Err()
 }
 
 // Readiness says whether this replica can take work now: Health holds, the records that existed

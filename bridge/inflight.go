@@ -14,29 +14,78 @@ import (
 // CAS write instead of a read and a write. It is only a cache: a stale entry loses its CAS and
 // the ack falls back to a fresh read. Workers add, ack workers take, the loop drops entries whose
 // record left RUNNING (an ack applied by another replica, a lease expiry).
-//
-// It also bounds the goroutines that settle pipelined writes whose completion failed (a claim or
-// an ack that must be read back): at most settleLimit run their store calls at once.
 type inflight struct {
 	mu    sync.Mutex
 	m     map[string]kvstore.Entry
 	bytes int // what the payload-holding entries of m cost (recordBytes)
 	max   int // bound of bytes: past it, an entry keeps only what putOnce needs (review N6)
 
-	settle chan struct{} // a token per running settle; acquire sends, release receives
+	// sent marks the attempts this process handled (published, or gave back as unpublishable),
+	// by task id, so that a second path to a landed claim does neither again, even once the ack
+	// took the record (take) or the cache kept a stub. A mark goes when the record moves past the
+	// claim (drop), or sentKeep after the attempt's lease (sweep).
+	sent    map[string]sentMark
+	sweepAt int // len(sent) at which the next sweep runs
 
 	times claimTimes // recent claim latencies, for the claim-ahead window (ahead.go)
 }
-
-// settleLimit bounds the settling goroutines that make store calls at the same time.
-const settleLimit = 64
 
 // maxFiredBytes bounds what the cached records hold (payloads and headers), as the pre-read
 // cache's bound does: past it, an attempt's ack reads its record instead.
 const maxFiredBytes = 64 << 20
 
+// sentKeep is how long past its lease's end an attempt's mark is kept.
+const sentKeep = time.Minute
+
+type sentMark struct {
+	claim      uint64
+	leaseUntil int64 // UTC Unix ms
+}
+
 func newInflight() *inflight {
-	return &inflight{m: make(map[string]kvstore.Entry), max: maxFiredBytes, settle: make(chan struct{}, settleLimit)}
+	return &inflight{m: make(map[string]kvstore.Entry), max: maxFiredBytes, sent: map[string]sentMark{},
+		sweepAt: minSweep}
+}
+
+const minSweep = 1024
+
+// verdict is what a process does with a landed claim it reached (handle).
+type verdict uint8
+
+const (
+	publishIt  verdict = iota // its lease runs: publish the attempt
+	giveItBack                // its lease ended unpublished: give the attempt back uncounted
+	handled                   // another path published it or gave it back already: nothing
+)
+
+// handle decides, once per attempt, what becomes of the landed claim e at nowMs, and caches its
+// record when it is to be published.
+func (f *inflight) handle(e kvstore.Entry, nowMs int64) verdict {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := e.Task.ID
+	if m, ok := f.sent[id]; ok && m.claim == e.Task.Claim {
+		return handled
+	}
+	if len(f.sent) >= f.sweepAt {
+		f.sweep(nowMs)
+	}
+	f.sent[id] = sentMark{claim: e.Task.Claim, leaseUntil: e.Task.LeaseUntil}
+	if nowMs >= e.Task.LeaseUntil {
+		return giveItBack
+	}
+	f.set(e)
+	return publishIt
+}
+
+// sweep forgets the marks of attempts whose lease ended over sentKeep ago (f.mu held).
+func (f *inflight) sweep(nowMs int64) {
+	for id, m := range f.sent {
+		if addMs(m.leaseUntil, sentKeep) < nowMs {
+			delete(f.sent, id)
+		}
+	}
+	f.sweepAt = max(minSweep, 2*len(f.sent))
 }
 
 func (f *inflight) put(e kvstore.Entry) {
@@ -68,18 +117,6 @@ func (f *inflight) remove(id string) {
 	}
 }
 
-// putOnce is put, unless the same attempt (revision and claim token) is held already: false then,
-// and the caller must not publish that attempt again.
-func (f *inflight) putOnce(e kvstore.Entry) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if old, ok := f.m[e.Task.ID]; ok && old.Revision == e.Revision && old.Task.Claim == e.Task.Claim {
-		return false
-	}
-	f.set(e)
-	return true
-}
-
 // take removes and returns the cached record of id if it runs under the claim token and was kept
 // whole.
 func (f *inflight) take(id string, token uint64) (kvstore.Entry, bool) {
@@ -93,26 +130,18 @@ func (f *inflight) take(id string, token uint64) (kvstore.Entry, bool) {
 	return e, !e.Partial
 }
 
-// drop forgets id unless the cached record is newer than rev.
+// drop forgets id unless the cached record is newer than rev, and its attempt's mark if rev is
+// past the claim.
 func (f *inflight) drop(id string, rev uint64) {
 	f.mu.Lock()
 	if e, ok := f.m[id]; ok && e.Revision <= rev {
 		f.remove(id)
 	}
+	if m, ok := f.sent[id]; ok && m.claim < rev {
+		delete(f.sent, id)
+	}
 	f.mu.Unlock()
 }
-
-// acquire waits for a settle slot; false if ctx ended first.
-func (f *inflight) acquire(ctx context.Context) bool {
-	select {
-	case f.settle <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (f *inflight) release() { <-f.settle }
 
 // storeCallTimeout bounds each store call made to settle a claim or an ack.
 const storeCallTimeout = 5 * time.Second
@@ -122,27 +151,6 @@ func (b *Bridge) getBounded(ctx context.Context, id string) (kvstore.Entry, erro
 	ctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
 	return b.store.Get(ctx, id)
-}
-
-// retryWait paces the retries of a failing store call: 10ms, doubling up to 2s.
-type retryWait struct{ d time.Duration }
-
-const (
-	retryWaitFirst = 10 * time.Millisecond
-	retryWaitMax   = 2 * time.Second
-)
-
-// next waits before the next retry; false if ctx ended first.
-func (w *retryWait) next(ctx context.Context) bool {
-	w.d = min(max(2*w.d, retryWaitFirst), retryWaitMax)
-	t := time.NewTimer(w.d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // dropIf forgets every record whose id drop reports true for (the partition moved away).

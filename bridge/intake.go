@@ -36,10 +36,6 @@ const (
 // opCreate is the create of a task record, in ax_store_errors_total{op}.
 const opCreate = "create"
 
-// recordReserve is the room kept under the connection's max payload for what the record's message
-// carries besides the record: the KV subject and the write's headers.
-const recordReserve = 4 << 10
-
 // ensureIntake makes sure the stream that captures ax.schedule.> and the shared durable consumer
 // exist, so that a plain publish is durable even while no bridge runs. A new stream has limits
 // retention: an ack is not a removal (no write of its own), and the housekeeper purges what the
@@ -97,6 +93,7 @@ func (b *Bridge) ensureIntake(ctx context.Context) (jetstream.Consumer, error) {
 	if err := b.checkConsumer(cons.CachedInfo().Config); err != nil {
 		return nil, err
 	}
+	b.replay.consumer(cons.CachedInfo())
 	return cons, nil
 }
 
@@ -195,6 +192,10 @@ func (b *Bridge) onSchedule(msg jetstream.Msg) {
 	}
 	m := scheduleMsg{subject: msg.Subject(), header: msg.Headers(), payload: msg.Data(), accepted: md.Timestamp, seq: md.Sequence.Stream}
 	task, rej := b.cfg.parseSchedule(m, b.recordLimit())
+	if rej == nil && b.staleReplay(md) {
+		rej = reject(CodeStaleReplay,
+			"the message was in the intake stream before its consumer was created, and is older than the task retention: its task may have run and retired, so it is not stored again (publish it anew to schedule the task again)")
+	}
 	if rej != nil {
 		b.rejectMsg(m, rej)
 		_ = msg.Ack()
@@ -259,9 +260,9 @@ func intakeRetryDelay(n uint64) time.Duration {
 	return min(intakeRetryMin<<(n-1), intakeRetryMax)
 }
 
-// recordLimit is the largest encoded record the connection's server takes.
+// recordLimit is the largest message (value and headers) the connection's server takes.
 func (b *Bridge) recordLimit() int {
-	return max(int(b.nc.MaxPayload())-recordReserve, 1)
+	return max(int(b.nc.MaxPayload()), 1)
 }
 
 // intakeAdd counts a schedule message in flight, unless Stop has stopped intake.

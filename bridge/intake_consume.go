@@ -8,12 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Bounds of the wait between attempts to set intake up again after it ended.
-const (
-	intakeRestartMin = 100 * time.Millisecond
-	intakeRestartMax = 10 * time.Second
+	"github.com/axbridge/axbridge/internal/retry"
 )
 
 // runIntakeFrom consumes schedule messages until ctx ends, starting with cc (consuming cons; nil
@@ -25,7 +21,7 @@ const (
 // fetched. It closes b.intakeEnd when it returns.
 func (b *Bridge) runIntakeFrom(ctx context.Context, cons jetstream.Consumer, cc jetstream.ConsumeContext) {
 	defer close(b.intakeEnd)
-	wait := intakeRestartMin
+	wait := retry.Backoff{Policy: retry.Intake}
 	for {
 		if cc != nil {
 			if !b.consumeUntilEnd(ctx, cc, cons) {
@@ -37,12 +33,9 @@ func (b *Bridge) runIntakeFrom(ctx context.Context, cons jetstream.Consumer, cc 
 			b.log.Error("intake stopped: the NATS connection is closed")
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Next(ctx) {
 			return
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, intakeRestartMax)
 		var err error
 		if cons, err = b.ensureIntake(ctx); err == nil {
 			cc, err = b.consume(cons)
@@ -53,7 +46,7 @@ func (b *Bridge) runIntakeFrom(ctx context.Context, cons jetstream.Consumer, cc 
 			}
 			continue
 		}
-		wait = intakeRestartMin
+		wait.Reset()
 		b.m.intake.restarts.Inc()
 		b.log.Warn("intake set up again; taking schedule messages", "stream", b.cfg.Stream, "consumer", b.cfg.Consumer)
 	}

@@ -32,6 +32,7 @@ type loopState struct {
 	clock     stepDetector
 	aheadAt   time.Time        // monotonic: when the claim-ahead window was last computed
 	loading   func(p int) bool // whether a watch is still loading partition p
+	loadAny   func() bool      // whether a watch is still loading any partition
 	lastStats time.Time        // monotonic: when the overdue gauges were last computed
 }
 
@@ -42,6 +43,7 @@ func (b *Bridge) newLoopState(parts []int) *loopState {
 		parts, l.now)
 	l.clock.check(l.now)
 	l.loading = func(int) bool { return false }
+	l.loadAny = func() bool { return false }
 	return l
 }
 
@@ -137,6 +139,7 @@ func (l *loopState) turn() {
 		b.log.Warn("wall clock stepped; due times are judged by the new reading", "step", step)
 	}
 	l.refreshAhead()
+	l.c.SetLoading(l.loadAny()) // a replica still loading claims less (sched's claim budget)
 	l.c.Take(b.alive(), b.nc.IsConnected())
 	l.carryOut()
 	l.stats()
@@ -182,6 +185,9 @@ func (l *loopState) stats() {
 	m.loop.queued.Set(float64(s.Queued))
 	m.loop.preRead.Set(float64(s.PreRead))
 	m.loop.preReadBytes.Set(float64(s.PreReadBytes))
+	out, budget := l.c.Claiming()
+	m.loop.claimsOut.Set(float64(out))
+	m.loop.claimBudget.Set(float64(budget))
 	if obs := m.loop.observe; obs != nil {
 		obs(loopStats{queued: s.Queued, preRead: s.PreRead, preReadBytes: s.PreReadBytes, indexed: s.Indexed, held: s.Held})
 	}

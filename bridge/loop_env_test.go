@@ -33,6 +33,7 @@ type loopEnv struct {
 	clock *stepClock
 	cfg   Config
 	b     *Bridge
+	prep  func(*Bridge) // if set, runs between New and Start
 }
 
 func newLoopEnv(t *testing.T, cfg Config) *loopEnv {
@@ -59,6 +60,9 @@ func (e *loopEnv) start(observe func(loopStats)) *Bridge {
 		e.t.Fatal(err)
 	}
 	b.m.loop.observe = observe
+	if e.prep != nil {
+		e.prep(b)
+	}
 	if err := b.Start(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}

@@ -5,14 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/axbridge/axbridge/internal/retry"
 	"github.com/axbridge/axbridge/kvstore"
-)
-
-// Pauses between attempts to start the task watch again: the first is short (a leader change is
-// over in a moment), then each doubles up to the longest.
-const (
-	rewatchFirstPause = 50 * time.Millisecond
-	rewatchMaxPause   = 5 * time.Second
 )
 
 // watchMsg is a running watch of parts, started by the re-watch of generation gen: with gain,
@@ -29,7 +23,6 @@ type watchMsg struct {
 // on firing from its index meanwhile. Each attempt is bounded by Config.WatchTimeout. The first
 // failure is logged as a Warn, later ones of the same outage at Debug; the loop logs the recovery.
 func (b *Bridge) rewatch(ctx context.Context, out chan<- watchMsg, m watchMsg) {
-	pause := rewatchFirstPause
 	for attempt := 1; ; attempt++ {
 		w, err := b.startWatch(ctx, m.parts)
 		if err == nil {
@@ -49,14 +42,9 @@ func (b *Bridge) rewatch(ctx context.Context, out chan<- watchMsg, m watchMsg) {
 		} else {
 			b.log.Debug("start task watch; trying again", "attempt", attempt, "err", err)
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !retry.Rewatch.Sleep(ctx, attempt) {
 			return
-		case <-t.C:
 		}
-		pause = min(2*pause, rewatchMaxPause)
 	}
 }
 

@@ -44,6 +44,7 @@ func newLoopWatch(ctx context.Context, b *Bridge, l *loopState, first kvstore.Wa
 	// The reconciler leaves alone the partitions a watch is still loading: their records are on
 	// their way (review N9).
 	l.loading = func(p int) bool { return ws.w != nil && ws.w.isLoading(p) }
+	l.loadAny = func() bool { return ws.w != nil && ws.w.anyLoading() }
 	b.m.loop.watchUp.Set(1)
 	if ws.w == nil { // no partitions of its own yet: nothing to load
 		ws.init = true

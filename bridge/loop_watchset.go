@@ -54,6 +54,13 @@ func (s *watchSet) isLoading(p int) bool {
 	return s.loading[p] > 0
 }
 
+// anyLoading reports whether any partition is still loading.
+func (s *watchSet) anyLoading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.loading) > 0
+}
+
 func (s *watchSet) loaded(parts []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -64,7 +64,6 @@ func (b *Bridge) startMembers(ctx, membersCtx context.Context) error {
 		Store:      b.members,
 		Conn:       b.nc,
 		Logger:     b.log,
-		Wall:       b.cfg.Now,
 		Metrics: membership.Metrics{Owned: b.m.members.owned, Housekeeper: b.m.members.housekeeper,
 			HeartbeatErrors: b.m.members.heartbeatErrors, FencedLeaves: b.m.members.fencedLeaves},
 		Acks:        b.takeAcks,
@@ -76,7 +75,7 @@ func (b *Bridge) startMembers(ctx, membersCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.member, b.ackSubs = m, nil
+	b.member = m
 	if err := m.Start(ctx); err != nil {
 		b.unsubscribeAcks()
 		return err
@@ -90,7 +89,7 @@ func (b *Bridge) startMembers(ctx, membersCtx context.Context) error {
 }
 
 // stopMember ends what startMembers began and leaves the replicas; left says the leave was
-// confirmed. Then b.ackSubs holds the ack subscriptions left to drain.
+// confirmed. Then ackSubscriptions are the ack subscriptions left to drain.
 func (b *Bridge) stopMember(ctx context.Context) (left bool, err error) {
 	b.stopMembers()
 	err = b.member.Stop(ctx)

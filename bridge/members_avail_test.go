@@ -184,8 +184,8 @@ type lostConfirms struct {
 	lose atomic.Bool
 }
 
-func (l *lostConfirms) Heartbeat(ctx context.Context, replica string, ttl time.Duration) error {
-	err := l.Membership.Heartbeat(ctx, replica, ttl)
+func (l *lostConfirms) Heartbeat(ctx context.Context, replica string, value []byte, ttl time.Duration) error {
+	err := l.Membership.Heartbeat(ctx, replica, value, ttl)
 	if err == nil && l.lose.Load() {
 		return errors.New("confirmation lost")
 	}

@@ -16,11 +16,11 @@ type flakyMembers struct {
 	cut atomic.Bool
 }
 
-func (f *flakyMembers) Heartbeat(ctx context.Context, replica string, ttl time.Duration) error {
+func (f *flakyMembers) Heartbeat(ctx context.Context, replica string, value []byte, ttl time.Duration) error {
 	if f.cut.Load() {
 		return errors.New("cut off")
 	}
-	return f.Membership.Heartbeat(ctx, replica, ttl)
+	return f.Membership.Heartbeat(ctx, replica, value, ttl)
 }
 
 // A replica whose heartbeats fail gives up every partition within its lease and claims and fires

@@ -13,6 +13,7 @@ type metrics struct {
 	acks         *prometheus.CounterVec
 	leaseExpired *prometheus.CounterVec
 	givenBack    *prometheus.CounterVec
+	fromLog      *prometheus.CounterVec
 	dead         *prometheus.CounterVec
 	corrupt      prometheus.Counter
 	pending      prometheus.Gauge
@@ -37,6 +38,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		acks: counter("acks_total",
 			"Consumer replies applied, by outcome (ack, nak, term, in_progress, no_responders, stale).", "biz_type", "outcome"),
 		leaseExpired: counter("lease_expired_total", "Attempts that got no reply within their ack wait.", "biz_type"),
+		fromLog: counter("acks_from_log_total",
+			"Attempts settled, at the end of their lease, by a reply found in the ack log (the replica that received it died before writing it).", "biz_type"),
 		givenBack: counter("attempts_given_back_total",
 			"Claimed attempts whose fire could not go out within their lease, returned to WAITING uncounted.", "biz_type"),
 		dead: counter("tasks_dead_total", "Tasks that went DEAD.", "biz_type"),
@@ -48,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		loop: newLoopMetrics(),
 	}
 	if reg != nil {
-		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.givenBack, m.dead, m.corrupt, m.pending)
+		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.givenBack, m.fromLog, m.dead, m.corrupt, m.pending)
 		reg.MustRegister(m.loop.collectors()...)
 	}
 	m.intake = newIntakeMetrics(reg)

@@ -16,6 +16,8 @@ type loopMetrics struct {
 	preReadBytes  prometheus.Gauge
 	claimAhead    prometheus.Gauge
 	heldFires     prometheus.Counter
+	claimsOut     prometheus.Gauge
+	claimBudget   prometheus.Gauge
 
 	// observe, when set (by tests in this package), sees the loop's bounded state after every turn.
 	observe func(loopStats)
@@ -55,6 +57,10 @@ func newLoopMetrics() *loopMetrics {
 		heldFires: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "fires_claimed_ahead_total",
 			Help: "Fires whose claim landed before the task was due, published by the loop at the due time; the others " +
 				"go out from the claim's completion."}),
+		claimsOut: gauge("claims_out", "Fires taken from the index and not yet out: waiting for a worker, "+
+			"or claimed and not yet seen to land (claims held for their due time do not count)."),
+		claimBudget: gauge("claim_budget", "How many fires may be out now: less while the task watch loads "+
+			"partitions, the connection is down, or fires and claims wait too long."),
 	}
 	// Both kinds show from the start, at 0: an alert on the series, and a test's scrape, then see
 	// a repair as a change rather than as a series appearing.
@@ -65,5 +71,5 @@ func newLoopMetrics() *loopMetrics {
 
 func (m *loopMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.overdue, m.oldestOverdue, m.watchRestarts, m.watchUp, m.repairs, m.clockSteps,
-		m.queued, m.preRead, m.preReadBytes, m.claimAhead, m.heldFires}
+		m.queued, m.preRead, m.preReadBytes, m.claimAhead, m.heldFires, m.claimsOut, m.claimBudget}
 }

@@ -5,11 +5,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/axbridge/axbridge/internal/retry"
 )
 
 // outageLog reports store failures once per change of state instead of once per task: the first
 // failure is a Warn with its error, a failure that goes on is summed up once a minute, and the end
-// of the outage, once no step has failed for outageQuiet (tasks retry every retryStoreAfter, so
+// of the outage, once no step has failed for outageQuiet (tasks retry every retry.Step.First, so
 // an outage that goes on keeps failing), is an Info with the count. Reads may work while writes
 // fail, so one success does not end it. Workers share one, the loop ticks it; it is safe for
 // concurrent use and costs one atomic load while the store is healthy.
@@ -24,12 +26,11 @@ type outageLog struct {
 	failures int // failed calls since the outage began
 }
 
-const (
-	// outageSummaryEvery is how often an outage that goes on is logged again.
-	outageSummaryEvery = time.Minute
-	// outageQuiet is how long no step may fail before an outage counts as over.
-	outageQuiet = 3 * retryStoreAfter
-)
+// outageSummaryEvery is how often an outage that goes on is logged again.
+const outageSummaryEvery = time.Minute
+
+// outageQuiet is how long no step may fail before an outage counts as over.
+var outageQuiet = 3 * retry.Step.First
 
 func newOutageLog(log *slog.Logger) *outageLog { return &outageLog{log: log} }
 

@@ -35,6 +35,7 @@ const (
 	CodeDuplicateConflict = "DUPLICATE_CONFLICT"
 	CodeStoreRefused      = "STORE_REFUSED"
 	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
+	CodeStaleReplay       = "STALE_REPLAY"
 )
 
 // Limits on per-task policy (subjects.md, "Scheduling").
@@ -70,8 +71,9 @@ type scheduleMsg struct {
 // parseSchedule validates one schedule message and builds its WAITING task record.
 // It reads no clock: "now" for a new task is when the stream accepted the message.
 //
-// recordLimit is the largest encoded record the server takes (0: not checked); a task whose record
-// would be larger is refused with PAYLOAD_TOO_LARGE, as is one over c.MaxPayload.
+// recordLimit is the largest message the server takes (0: not checked); a task whose record's
+// messages could be larger (checkRecord) is refused with PAYLOAD_TOO_LARGE, as is one over
+// c.MaxPayload.
 func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *rejection) {
 	biz, ok := c.subj.cutSchedule(m.subject)
 	if !ok {
@@ -171,20 +173,22 @@ func keepHeaders(m scheduleMsg, t *kvstore.Task) int {
 	return size
 }
 
-// checkRecord refuses t if its encoded record is over recordLimit bytes (0: not checked).
+// checkRecord refuses t if a message of its record, in the largest state a later write gives it,
+// would be over recordLimit bytes (0: not checked): a stored task must stay writable until it ends.
 func checkRecord(t *kvstore.Task, recordLimit int) *rejection {
 	if recordLimit <= 0 {
 		return nil
 	}
-	// The record is what the server must take: metadata, and headers in the record's lossless
-	// form (base64 when not UTF-8), so it is larger than what the client sent.
-	n, err := kvstore.EncodedLen(t)
+	// Headers count in the record's lossless form (base64 when not UTF-8), and again in the copy
+	// of its metadata line that the message carries as a header.
+	n, err := kvstore.MaxMessageLen(t)
 	if err != nil {
 		return reject(CodePayloadTooLarge, "the task cannot be encoded: %v", err)
 	}
 	if n > recordLimit {
 		return reject(CodePayloadTooLarge,
-			"the stored record would be %d bytes (payload %d, headers as stored, metadata); the server takes at most %d", n, len(t.Payload), recordLimit)
+			"the stored record's messages could reach %d bytes (payload %d, headers as stored and once more as the record header, metadata at its largest); the server takes at most %d",
+			n, len(t.Payload), recordLimit)
 	}
 	return nil
 }

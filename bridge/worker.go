@@ -5,17 +5,12 @@ import (
 	"errors"
 	"math"
 
-	"github.com/axbridge/axbridge/bridge/internal/sched"
-
+	"github.com/axbridge/axbridge/internal/retry"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-// retryStoreAfter is how long a task waits after a failed store call before the loop tries again.
-const retryStoreAfter = sched.RetryStoreAfter
-
 // worker runs jobs from the loop until the loop closes the job channel.
 func (b *Bridge) worker(ctx context.Context) {
-	defer b.workers.Done()
 	for j := range b.jobs {
 		switch j.Kind {
 		case jobFire:
@@ -41,7 +36,7 @@ func (b *Bridge) report(r result) {
 // An outage is logged once when it starts and once when it ends, not once per task.
 func (b *Bridge) retryLater(j job, reason string, err error) {
 	b.outage.failed(reason, j.ID, err)
-	b.report(result{ID: j.ID, Rev: j.Rev, Kind: j.Kind, At: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), Retry: true,
+	b.report(result{ID: j.ID, Rev: j.Rev, Kind: j.Kind, At: b.retryAt(), Retry: true,
 		Unsure: j.Unsure})
 }
 
@@ -90,7 +85,7 @@ func (b *Bridge) preRead(ctx context.Context, j job) {
 // leaseEnded counts a RUNNING task whose lease ran out as a failed attempt.
 func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 	if !b.ownsTask(j.ID) {
-		b.report(result{ID: j.ID, Rev: j.Rev, Kind: jobLease, At: addMs(b.cfg.Now().UnixMilli(), retryStoreAfter), Retry: true})
+		b.report(result{ID: j.ID, Rev: j.Rev, Kind: jobLease, At: b.retryAt(), Retry: true})
 		return
 	}
 	e, ok := b.load(ctx, j)
@@ -110,12 +105,12 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 		return
 	}
 	if !b.ownsTask(j.ID) {
-		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobLease, At: addMs(nowMs, retryStoreAfter), Retry: true})
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobLease, At: b.retryAt(), Retry: true})
 		return
 	}
 	if b.hand.holds(j.ID, e.Task.Claim, e.Task.LeaseUntil) {
 		// The consumer answered within the lease and its answer is being written: it decides.
-		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobLease, At: addMs(nowMs, retryStoreAfter)})
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobLease, At: b.retryAt()})
 		return
 	}
 	if e.Task.Owner == b.cfg.ReplicaID && b.out.holds(j.ID, e.Task.Claim, math.MaxInt64) {
@@ -125,6 +120,9 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 			b.m.givenBack.WithLabelValues(e.Task.BizType).Inc()
 		}
 		return
+	}
+	if b.applyLoggedReply(ctx, j, e, nowMs) {
+		return // its consumer answered, and the replica that heard it did not write it
 	}
 	next, err := kvstore.LeaseExpired(e.Task, nowMs)
 	if err != nil {
@@ -138,7 +136,10 @@ func (b *Bridge) leaseEnded(ctx context.Context, j job) {
 // (the watch brings the winner).
 func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvstore.Task) bool {
 	if _, err := b.store.Update(ctx, next, e.Revision); err != nil {
-		if !errors.Is(err, kvstore.ErrConflict) && !errors.Is(err, kvstore.ErrNotFound) {
+		switch {
+		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
+		case kvstore.Permanent(err) && !b.abandon(ctx, e, "update", err):
+		default:
 			b.retryLater(job{Kind: j.Kind, ID: j.ID, Rev: e.Revision}, "update", err)
 		}
 		return false
@@ -149,3 +150,6 @@ func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvsto
 	}
 	return true
 }
+
+// retryAt is when a step whose store call failed, or that could not run yet, is tried again.
+func (b *Bridge) retryAt() int64 { return addMs(b.cfg.Now().UnixMilli(), retry.Step.Wait(1)) }

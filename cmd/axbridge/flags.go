@@ -20,6 +20,8 @@ type options struct {
 	listen, dataDir string // embedded server (when natsURL is empty)
 
 	prefix, bucket, stream, consumer, replicaID string
+	ackLog                                      string
+	ackLogMaxAge                                time.Duration
 	replicas, partitions                        int
 	partitionsSet                               bool // --partitions (or AX_PARTITIONS) was given
 	partitionLease                              time.Duration
@@ -67,6 +69,8 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.prefix, "prefix", bridge.DefaultPrefix, "first token of every subject (<prefix>.schedule.<bizType>, <prefix>.fire.<bizType>, ...); deployments with different prefixes share an account; 1-64 of [A-Za-z0-9_-]")
 	fs.StringVar(&o.bucket, "bucket", "", "KV bucket for task records; its members bucket is <bucket>_MEMBERS (default: the prefix in upper case + _TASKS, AX_TASKS)")
 	fs.StringVar(&o.stream, "stream", "", "stream that captures <prefix>.schedule.> (default: the prefix in upper case + _SCHEDULE, AX_SCHEDULE)")
+	fs.StringVar(&o.ackLog, "ack-log", "", "stream that keeps consumer replies on <prefix>.ack.> for --ack-log-max-age, so that an ack whose replica died before writing it still settles its attempt; \"off\" runs without one (default: the prefix in upper case + _ACKS, AX_ACKS)")
+	fs.DurationVar(&o.ackLogMaxAge, "ack-log-max-age", bridge.DefaultAckLogMaxAge, "how long the ack log keeps a reply: an attempt whose lease ends later than this after its ack is retried if its replica died before writing the ack")
 	fs.StringVar(&o.consumer, "consumer", "", "durable consumer shared by bridge replicas (default: the prefix + bridge, axbridge)")
 	fs.StringVar(&o.replicaID, "replica-id", "", "this replica's name in the members bucket, task records and the Ax-Replica header of its fires, 1-64 of [A-Za-z0-9_-]; replicas need distinct ids, and a restarted one should keep its own (default: <host>-<8 hex>, kept in --data-dir/replica-id)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the bucket and stream (3 on a cluster)")

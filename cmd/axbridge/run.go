@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	cfg := bridge.Config{
 		Prefix: o.prefix, Stream: o.stream, Consumer: o.consumer, StreamReplicas: o.replicas, ReplicaID: replica,
+		AckLog: ackLogName(o.ackLog), NoAckLog: o.ackLog == "off", AckLogMaxAge: o.ackLogMaxAge,
 		MaxAttempts: o.maxRetry + 1, AckWait: o.ackWait, Backoff: backoff,
 		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon,
 		LeaseSkew: o.leaseSkew, ReconcileInterval: o.reconcileInterval, IntakeMaxDeliver: o.intakeMaxDeliver,
@@ -223,4 +224,12 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// ackLogName is --ack-log as bridge.Config.AckLog takes it: empty for the default or for off.
+func ackLogName(flag string) string {
+	if flag == "off" {
+		return ""
+	}
+	return flag
 }
