@@ -99,11 +99,14 @@ func TestTaskAPI(t *testing.T) {
 	}
 }
 
-// Cancel racing the claim of a task due in a second: each of 40 tasks due at one instant gets its
-// cancel at another moment around it (from 400 ms before to 1.5 s after, most of them within the
-// claim's window: it lands at most 100 ms before the due time). A cancel either wins (the reply shows CANCELLED, the task never
-// fires and stays CANCELLED) or is refused with 409 (subjects.md: cancel needs WAITING) and the
-// task fires and ends SUCCESS; both outcomes must occur.
+// Cancel racing the claim of tasks due in four seconds: each of 40 tasks due at one instant gets
+// its cancel at another moment around it (from 1.5 s before to 1.5 s after, most of them within
+// the claim's window: it lands at most ClaimAhead, 100 ms, before the due time). A cancel either
+// wins (the reply shows CANCELLED, the task never fires and stays CANCELLED) or is refused with
+// 409 (subjects.md: cancel needs WAITING) and the task fires and ends SUCCESS. A cancel answered
+// before the window opens must win; both outcomes must occur. (Under -race beside the parallel
+// tests, scheduling 40 tasks took over half a second once, and one CI run answered every cancel
+// of a 400 ms lead after the claim: the early cancels now lead by 0.5 to 1.5 s.)
 func TestCancelRacingClaim(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -117,19 +120,20 @@ func TestCancelRacingClaim(t *testing.T) {
 		_ = m.Ack()
 	})
 	const n = 40
-	due := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	due := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
 	for i := range n {
 		e.schedule("race", "r", bridge.HeaderTaskID, fmt.Sprintf("race-%d", i), bridge.HeaderDeliverAt, strconv.FormatInt(due.UnixMilli(), 10))
 	}
-	if time.Now().After(due.Add(-500 * time.Millisecond)) {
+	if time.Now().After(due.Add(-1600 * time.Millisecond)) {
 		t.Fatalf("scheduling %d tasks took until %v before their due time", n, time.Until(due))
 	}
-	// 5 cancels from 400 ms to 200 ms before the due time, 30 every 10 ms through the claim's
+	const claimAhead = 100 * time.Millisecond // bridge.Config's default
+	// 5 cancels from 1.5 s to 0.5 s before the due time, 30 every 10 ms through the claim's
 	// window (200 ms before to 100 ms after), 5 up to 1.5 s after.
 	offset := func(i int) time.Duration {
 		switch {
 		case i < 5:
-			return -400*time.Millisecond + time.Duration(i)*40*time.Millisecond
+			return -1500*time.Millisecond + time.Duration(i)*250*time.Millisecond
 		case i < 35:
 			return -200*time.Millisecond + time.Duration(i-5)*10*time.Millisecond
 		}
@@ -141,9 +145,12 @@ func TestCancelRacingClaim(t *testing.T) {
 		id := fmt.Sprintf("race-%d", i)
 		<-time.After(time.Until(due.Add(offset(i)))) // the moment of this task's cancel, by design
 		got, code := e.apiCall(bridge.APICancel, id)
+		early := time.Now().Before(due.Add(-claimAhead)) // answered before any claim could land
 		switch {
 		case code == "" && got.Status == "CANCELLED":
 			won[id] = true
+		case code == "409" && early:
+			t.Errorf("cancel %s answered %v before the due time, before the claim window, was refused", id, time.Until(due))
 		case code == "409":
 			refused++
 		default:

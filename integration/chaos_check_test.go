@@ -116,6 +116,7 @@ type report struct {
 	byCause                                                map[string]int
 	strictRepeats                                          int // repeats whose replica came from Ax-Replica
 	firstLateness                                          []time.Duration
+	lateFirst                                              []lateFire // first fires over a second late
 	unexplained                                            []string
 	samples                                                []string // the first few explained repeats
 	dupIDs                                                 []string // tasks with an attempt fired twice
@@ -138,6 +139,9 @@ func checkFires(t testing.TB, ids map[string]bool, o *observers, c *consumers, f
 			continue
 		}
 		r.firstLateness = append(r.firstLateness, fs[0].at.Sub(fs[0].due))
+		if late := fs[0].at.Sub(fs[0].due); late > time.Second {
+			r.lateFirst = append(r.lateFirst, lateFire{id: id, due: fs[0].due, late: late, replica: fs[0].replica})
+		}
 		byAttempt := slices.Clone(fs)
 		sort.Slice(byAttempt, func(i, j int) bool { return byAttempt[i].attempt < byAttempt[j].attempt })
 		for i, f := range byAttempt {
@@ -242,6 +246,7 @@ func (r report) log(t testing.TB, faults *faultLog) {
 	t.Logf("repeats %d (%.2f%% of tasks; bar <= 1%%), explained %d by %v, unexplained %d; attributed by Ax-Replica: %d, by reply subject (any replica's fault): %d",
 		r.repeats, rate, r.explained, r.byCause, len(r.unexplained), r.strictRepeats, r.repeats-r.strictRepeats)
 	t.Logf("lateness of first fires: p50 %v, p99 %v, max %v", pct(0.50), pct(0.99), pct(1))
+	r.logLate(t, faults)
 	for _, s := range r.samples {
 		t.Logf("repeat: %s", s)
 	}
@@ -322,3 +327,37 @@ func spreadOf[T any](vs []T, f func(T) string) string {
 }
 
 func fmtPct(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }
+
+// lateFire is a first fire that came over a second after its due time.
+type lateFire struct {
+	id      string
+	due     time.Time
+	late    time.Duration
+	replica string
+}
+
+// logLate writes, for each 30 s of due times with first fires over a second late, how many and
+// the latest, with the faults around it: where lateness comes from (a diagnosis, not a check).
+func (r report) logLate(t testing.TB, faults *faultLog) {
+	t.Helper()
+	if len(r.lateFirst) == 0 {
+		return
+	}
+	slices.SortFunc(r.lateFirst, func(a, b lateFire) int { return a.due.Compare(b.due) })
+	origin := faults.origin
+	const window = 30 * time.Second
+	for i := 0; i < len(r.lateFirst); {
+		w := r.lateFirst[i].due.Sub(origin).Truncate(window)
+		worst, n, byReplica := r.lateFirst[i], 0, map[string]int{}
+		for ; i < len(r.lateFirst) && r.lateFirst[i].due.Sub(origin).Truncate(window) == w; i++ {
+			f := r.lateFirst[i]
+			n++
+			byReplica[f.replica]++
+			if f.late > worst.late {
+				worst = f
+			}
+		}
+		t.Logf("late first fires due in +%v..+%v: %d over 1s, by firing replica %v; latest %s due +%v, %v late",
+			w, w+window, n, byReplica, worst.id, worst.due.Sub(origin).Truncate(time.Millisecond), worst.late.Truncate(time.Millisecond))
+	}
+}

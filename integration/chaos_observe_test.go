@@ -329,7 +329,8 @@ type revisionWatch struct {
 	last      map[string]uint64
 	updates   int
 	backwards []string
-	repeated  int // the same revision delivered again (not backwards)
+	repeated  int                  // the same revision delivered again (not backwards)
+	success   map[string]time.Time // task id → when its first SUCCESS record arrived
 }
 
 func watchRevisions(t testing.TB, url string) *revisionWatch {
@@ -353,15 +354,20 @@ func watchRevisions(t testing.TB, url string) *revisionWatch {
 		cancel()
 		t.Fatal(err)
 	}
-	r := &revisionWatch{last: map[string]uint64{}}
+	r := &revisionWatch{last: map[string]uint64{}, success: map[string]time.Time{}}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for e := range w.Updates() {
 			if e == nil {
 				continue
 			}
+			now := time.Now()
+			task, derr := kvstore.DecodeTask(e.Value())
 			r.mu.Lock()
 			r.updates++
+			if derr == nil && task.Status == kvstore.StatusSuccess && r.success[task.ID].IsZero() {
+				r.success[task.ID] = now
+			}
 			switch last := r.last[e.Key()]; {
 			case e.Revision() < last:
 				r.backwards = append(r.backwards, fmt.Sprintf("%s: %d after %d", e.Key(), e.Revision(), last))

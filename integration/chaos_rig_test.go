@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,7 +123,16 @@ func (r *chaosRig) finish(rep report) {
 	if t.Failed() {
 		r.logBridges(rep.dupIDs...)
 	}
+	if dir := os.Getenv("AX_CHAOS_KEEP_LOGS"); dir != "" {
+		for _, b := range r.bridges {
+			if data, err := os.ReadFile(b.logPath); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, b.id+".log"), data, 0o644)
+			}
+		}
+	}
 }
+
+// (AX_CHAOS_KEEP_LOGS=dir copies every bridge's whole log into dir.)
 
 // logBridges writes the tail of every bridge's log, and its lines about the tasks ids (after a
 // failure). AX_CHAOS_LOG_LEVEL=debug makes the bridges say more.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +28,8 @@ import (
 // task's attempts).
 //
 // AX_CHAOS_SEED replays a run (the seed is logged); AX_CHAOS_LONG=30m runs the timeline for that
-// long (go test -run TestChaos -timeout 40m ./integration).
+// long (go test -run TestChaos -timeout 40m ./integration); AX_CHAOS_FAULTS=kill9,stop keeps only
+// the faults of those kinds (kill9, stop, cut, nats-kill9).
 func TestChaos(t *testing.T) {
 	// Not parallel, as every subprocess-cluster test: they run one by one before the parallel
 	// tests start, so that nothing else competes for the two cores with their three nats-servers
@@ -49,6 +51,9 @@ func TestChaos(t *testing.T) {
 	r := newChaosRig(t, rigOptions{bridges: 3, proxied: true, seed: seed,
 		rates: rates{ack: 85, nak: 10, alwaysAckFrom: 3}})
 	plan := planFaults(rng, window, len(r.bridges), ackWait+r.leaseSkew)
+	if kinds := os.Getenv("AX_CHAOS_FAULTS"); kinds != "" { // e.g. kill9: bridge kills alone
+		plan = slices.DeleteFunc(plan, func(f plannedFault) bool { return !slices.Contains(strings.Split(kinds, ","), f.kind) })
+	}
 	for _, f := range plan {
 		t.Logf("planned: +%v %s %d for %v", f.at.Truncate(time.Millisecond), f.kind, f.target, f.dur.Truncate(time.Millisecond))
 	}
@@ -90,6 +95,7 @@ func TestChaos(t *testing.T) {
 	ids := r.pub.ids()
 	settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
 	rep := checkFires(t, ids, r.obs, r.cons, r.faults)
+	r.revs.logSettleLag(t, ids, r.obs, r.cons)
 	// The due time the bridge fired at is the one the task asked for: delay from the moment the
 	// stream accepted it, which is after its publish began.
 	for id, fs := range r.obs.byTask() {
@@ -222,4 +228,32 @@ func (w *revisionWatch) check(t testing.TB) {
 		t.Errorf("revision went backwards: %s", s)
 	}
 	t.Logf("bucket watch: %d updates of %d keys, %d backwards, %d delivered twice", w.updates, len(w.last), len(w.backwards), w.repeated)
+}
+
+// logSettleLag logs how long an ack waited until the bucket watch saw its task SUCCESS: the
+// window in which a kill -9 of the firing replica makes the task fire again.
+func (w *revisionWatch) logSettleLag(t testing.TB, ids map[string]bool, o *observers, c *consumers) {
+	t.Helper()
+	fires := o.byTask()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var lags []time.Duration
+	for id := range ids {
+		done := w.success[id]
+		var acked time.Time
+		for _, f := range fires[id] {
+			if at := c.ackedAt(f.fireKey); !at.IsZero() && at.Before(done) && at.After(acked) {
+				acked = at
+			}
+		}
+		if !done.IsZero() && !acked.IsZero() {
+			lags = append(lags, done.Sub(acked))
+		}
+	}
+	if len(lags) == 0 {
+		return
+	}
+	slices.Sort(lags)
+	pct := func(q float64) time.Duration { return lags[min(len(lags)-1, int(q*float64(len(lags))))] }
+	t.Logf("ack until SUCCESS in the bucket watch, %d tasks: p50 %v, p99 %v, max %v", len(lags), pct(0.5), pct(0.99), pct(1))
 }

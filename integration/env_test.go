@@ -241,6 +241,19 @@ func (e *env) streamEmpty(name string) bool {
 	return err == nil && info.State.Msgs == 0
 }
 
+// streamMsgs is how many messages the stream holds (0 if it cannot be read).
+func (e *env) streamMsgs(name string) uint64 {
+	s, err := e.js.Stream(context.Background(), name)
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		return 0
+	}
+	return info.State.Msgs
+}
+
 func (e *env) mustNotExist(id string) {
 	e.t.Helper()
 	if _, err := e.store.Get(context.Background(), id); !errors.Is(err, kvstore.ErrNotFound) {

@@ -307,6 +307,18 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatal("the bridge did not purge the intake stream of the schedules it stored")
 	}
 
+	// The ack log the bridge created keeps the consumer's acks, and the bridge reads it as the
+	// end of a lease does.
+	acks, err := brJS.Stream(ctx, "AX_ACKS")
+	if err != nil {
+		t.Fatalf("bridge looks up the ack log: %v", err)
+	}
+	if m, err := acks.GetLastMsgForSubject(ctx, "ax.ack.order.>"); err != nil {
+		t.Fatalf("bridge reads the ack log: %v", err)
+	} else if !strings.HasPrefix(m.Subject, "ax.ack.order.") {
+		t.Fatalf("the ack log's last order reply is on %q", m.Subject)
+	}
+
 	// Forbidden, each on a connection of its own so that the ones above stay clean.
 
 	// A producer of order publishing to another bizType.

@@ -179,10 +179,11 @@ type process struct {
 }
 
 // startProcess runs the bridge binary against url, with dataDir as its --data-dir (where it keeps
-// its replica id), and waits for its "ready" log line.
-func startProcess(t *testing.T, bin, url, dataDir string) *process {
+// its replica id) and any further flags, and waits for its "ready" log line.
+func startProcess(t *testing.T, bin, url, dataDir string, flags ...string) *process {
 	t.Helper()
-	cmd := exec.Command(bin, "--nats-url", url, "--data-dir", dataDir, "--metrics-addr", "", "--log-format", "json", "--log-level", "info")
+	args := append([]string{"--nats-url", url, "--data-dir", dataDir, "--metrics-addr", "", "--log-format", "json", "--log-level", "info"}, flags...)
+	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,11 @@ func WithLogs() Option {
 	return func(o *server.Options) { o.NoLog = false }
 }
 
+// WithMaxPayload sets the server's max_payload in bytes.
+func WithMaxPayload(n int32) Option {
+	return func(o *server.Options) { o.MaxPayload = n }
+}
+
 // Server is one in-process nats-server with JetStream.
 type Server struct {
 	// StoreDir is the JetStream store directory; it survives Restart.
