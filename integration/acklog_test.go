@@ -10,14 +10,16 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/internal/procs"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
 // An ack that reached NATS while the replica that fired the task could not apply it settles the
-// attempt all the same: the bridge process is stopped (SIGSTOP) at the first fire, so that it
-// applies none of the acks that follow, then killed with SIGKILL and started again. With the ack
-// log (the default) the restarted replica finds each ack when the attempt's lease ends and no task
-// fires twice; without it (--ack-log off) every acked task fires again.
+// attempt all the same: the bridge process is stopped (SIGSTOP) once its fires arrived, and they
+// are acked once it is stopped, so it applies none of the acks; then it is killed with SIGKILL
+// and started again. With the ack log (the default) the restarted replica finds each ack when the
+// attempt's lease ends and no task fires twice; without it (--ack-log off) every acked task fires
+// again.
 func TestAckSurvivesKill9(t *testing.T) {
 	t.Parallel()
 	bin := buildBridge(t)
@@ -38,14 +40,18 @@ func TestAckSurvivesKill9(t *testing.T) {
 			var mu sync.Mutex
 			attempts := map[string][]int{}
 			var ackedBeforeKill []string
-			var once sync.Once
+			var held []*nats.Msg // fires of the first attempt, acked once the bridge is stopped
+			holding := true
 			sub, err := e.nc.Subscribe(bridge.FirePrefix+biz, func(m *nats.Msg) {
-				once.Do(func() { _ = p.cmd.Process.Signal(syscall.SIGSTOP) })
 				a, _ := strconv.Atoi(m.Header.Get(bridge.HeaderAttempt))
 				id := m.Header.Get(bridge.HeaderTaskID)
 				mu.Lock()
+				defer mu.Unlock()
 				attempts[id] = append(attempts[id], a)
-				mu.Unlock()
+				if holding {
+					held = append(held, m)
+					return
+				}
 				_ = m.Ack()
 			})
 			if err != nil {
@@ -54,7 +60,7 @@ func TestAckSurvivesKill9(t *testing.T) {
 			_ = sub.SetPendingLimits(-1, -1)
 			t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-			// One due instant, so that most fires go out together, before the stop takes effect.
+			// One due instant, so that the fires go out together.
 			const n = 20
 			due := strconv.FormatInt(time.Now().Add(1500*time.Millisecond).UnixMilli(), 10)
 			ids := make([]string, n)
@@ -63,26 +69,41 @@ func TestAckSurvivesKill9(t *testing.T) {
 				e.schedule(biz, ids[i], bridge.HeaderTaskID, ids[i], bridge.HeaderDeliverAt, due,
 					bridge.HeaderAckWait, "2s", bridge.HeaderBackoff, "100ms")
 			}
-			if !checkFor(20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) > 0 }) {
+			fired := func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
+			if !checkFor(20*time.Second, func() bool { return fired() > 0 }) {
 				t.Fatal("nothing fired")
 			}
-			// The fires sent before the stop arrive and are acked: wait until no more come and
-			// (with the log) NATS holds every ack.
-			last := -1
+			// Wait for the burst (up to all n, or no more for a while), stop the bridge, and ack
+			// what it sent only once the stop took effect: a signalled process runs on for a
+			// while, and could apply them.
+			last, same := -1, 0
 			checkFor(5*time.Second, func() bool {
-				_ = e.nc.Flush()
-				mu.Lock()
-				n := len(attempts)
-				mu.Unlock()
-				settled := n == last && (tc.repeats || e.streamMsgs("AX_ACKS") == uint64(n))
-				last = n
-				return settled
+				k := fired()
+				if k == last {
+					same++
+				} else {
+					last, same = k, 0
+				}
+				return k == n || same >= 20
 			})
+			if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			if !checkFor(10*time.Second, func() bool { s, err := procs.Stopped(p.cmd.Process.Pid); return err == nil && s }) {
+				t.Fatal("the bridge did not stop on SIGSTOP")
+			}
 			mu.Lock()
-			for id := range attempts {
-				ackedBeforeKill = append(ackedBeforeKill, id)
+			holding = false
+			for _, m := range held {
+				_ = m.Ack()
+				ackedBeforeKill = append(ackedBeforeKill, m.Header.Get(bridge.HeaderTaskID))
 			}
 			mu.Unlock()
+			// With the log, NATS holds every ack before the kill.
+			if !tc.repeats && !checkFor(10*time.Second, func() bool { return e.streamMsgs("AX_ACKS") == uint64(len(ackedBeforeKill)) }) {
+				t.Fatalf("the ack log holds %d of %d acks", e.streamMsgs("AX_ACKS"), len(ackedBeforeKill))
+			}
+			_ = e.nc.Flush()
 			p.kill9(t)
 			p2 := startProcess(t, bin, e.srv.ClientURL(), dir, tc.flags...)
 			e.waitAll(ids, kvstore.StatusSuccess, 60*time.Second)

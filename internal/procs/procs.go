@@ -316,6 +316,21 @@ func RSS(pid int) (int64, error) {
 	return 0, errors.New("no VmRSS in /proc status")
 }
 
+// Stopped reports whether process pid is stopped by a signal (SIGSTOP): a signal is delivered
+// asynchronously, so a process signalled may still run for a while (Linux /proc; an error elsewhere).
+func Stopped(pid int) (bool, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "State:"); ok {
+			return strings.HasPrefix(strings.TrimSpace(rest), "T"), nil
+		}
+	}
+	return false, errors.New("no State in /proc status")
+}
+
 // BuildServer builds nats-server from the calling module's dependency into dir.
 func BuildServer(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "nats-server")
