@@ -18,6 +18,8 @@ import (
 // loadRecords is how many records BenchmarkWatchLoad loads (go test -bench WatchLoad -load-records 1000000).
 var (
 	loadRecords = flag.Int("load-records", 100_000, "records in the bucket BenchmarkWatchLoad loads")
+	loadParts   = flag.Int("load-partitions", 0, "partitions BenchmarkWatchLoad watches, the first of the bucket's 60 (0: all, one filter)")
+	loadRevs    = flag.Int("load-revisions", 1, "messages written per record before its last, as a task's claim and ack leave behind")
 	loadProfile = flag.String("load-cpuprofile", "", "file for a CPU profile of BenchmarkWatchLoad's loads alone (not the filling)")
 )
 
@@ -38,7 +40,22 @@ func BenchmarkWatchLoad(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	fillBucket(b, js, "LOAD", kvstore.DefaultPartitions, n)
+	for range *loadRevs {
+		fillBucket(b, js, "LOAD", kvstore.DefaultPartitions, n)
+	}
+	var parts []int
+	for p := range *loadParts {
+		parts = append(parts, p)
+	}
+	want := n
+	if len(parts) > 0 {
+		want = 0
+		for i := range n {
+			if kvstore.Partition("far-"+strconv.Itoa(i), kvstore.DefaultPartitions) < len(parts) {
+				want++
+			}
+		}
+	}
 	if *loadProfile != "" {
 		f, err := os.Create(*loadProfile)
 		if err != nil {
@@ -53,7 +70,7 @@ func BenchmarkWatchLoad(b *testing.B) {
 	b.ResetTimer()
 	start, cpu0 := time.Now(), cpuTime()
 	for range b.N {
-		w, err := s.Watch(ctx)
+		w, err := s.Watch(ctx, parts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -68,14 +85,14 @@ func BenchmarkWatchLoad(b *testing.B) {
 			got++
 		}
 		_ = w.Stop()
-		if got != n {
-			b.Fatalf("loaded %d records, want %d", got, n)
+		if got != want {
+			b.Fatalf("loaded %d records, want %d", got, want)
 		}
 	}
-	b.ReportMetric(float64(n*b.N)/time.Since(start).Seconds(), "records/s")
+	b.ReportMetric(float64(want*b.N)/time.Since(start).Seconds(), "records/s")
 	// CPU time (server and client, both in this process) tells more than the wall clock on a
 	// machine shared with other work.
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n*b.N), "cpu-ns/record")
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(want*b.N), "cpu-ns/record")
 }
 
 // fillBucket writes n WAITING records shaped as the bridge's intake writes them (bench's payload
