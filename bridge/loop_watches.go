@@ -29,6 +29,9 @@ type loopWatch struct {
 	helpers sync.WaitGroup       // re-watches and the reconciler
 	down    time.Time            // when the watch ended
 	init    bool                 // the first load is done (b.ready is closed)
+	// The first load, for its log line: when the loop began, its first event, records read.
+	began, first time.Time
+	loaded       int
 }
 
 // maxWatches bounds the watches of the loop's watch set: past it, a gain restarts one watch of
@@ -36,7 +39,7 @@ type loopWatch struct {
 const maxWatches = 4
 
 func newLoopWatch(ctx context.Context, b *Bridge, l *loopState, first kvstore.Watcher, parts []int) *loopWatch {
-	ws := &loopWatch{ctx: ctx, b: b, l: l, watches: make(chan watchMsg, 1)}
+	ws := &loopWatch{ctx: ctx, b: b, l: l, watches: make(chan watchMsg, 1), began: time.Now()}
 	if first != nil {
 		ws.w = newWatchSet(first, nil, parts)
 		ws.events = ws.w.Events()
@@ -115,10 +118,17 @@ func (ws *loopWatch) event(ev kvstore.Event, ok bool) bool {
 		return true
 	}
 	l.tick()
+	if !ws.init && ws.first.IsZero() {
+		ws.first = time.Now()
+	}
 	for n := 0; ; n++ {
+		if !ws.init && ev.Kind != kvstore.EventInitDone {
+			ws.loaded++
+		}
 		if ev.Kind == kvstore.EventInitDone && !ws.init {
 			ws.init = true
-			b.log.Info("tasks recovered from the bucket", "pending", l.c.Len())
+			b.log.Info("tasks recovered from the bucket", "pending", l.c.Len(), "records_read", ws.loaded,
+				"took", time.Since(ws.began).Round(time.Millisecond), "first_record_after", ws.first.Sub(ws.began).Round(time.Millisecond))
 			close(b.ready)
 		} else if ev.Kind == kvstore.EventInitDone {
 			b.log.Debug("partitions loaded", "pending", l.c.Len())
