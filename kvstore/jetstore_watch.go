@@ -174,7 +174,8 @@ func wholeBucketLoad(ps []int, n int) func(key string) bool {
 	}
 }
 
-// headWatch is the headers-only ordered consumer of a watch's initial values. Its callback, on
+// headWatch is the ordered consumer of a watch's initial values, headers-only unless whole (a
+// load from the whole bucket of small records: wholeBucketLoad). Its callback, on
 // nats.go's delivery goroutine, hands each message to drain through msgs, waiting while drain is
 // behind (so flow control holds the server back, as for nats.go's own watcher).
 type headWatch struct {
@@ -188,8 +189,9 @@ type headWatch struct {
 	stopOnce sync.Once
 }
 
-// watchHeads creates the headers-only consumer of the last message of every key under filters
-// (keys relative to the bucket), and then of every later message, as nats.go's KV watch does.
+// watchHeads creates the consumer (headers-only unless whole) of the last message of every key
+// under filters (keys relative to the bucket), and then of every later message, as nats.go's KV
+// watch does.
 func (s *JetStore) watchHeads(ctx context.Context, filters []string, whole bool) (*headWatch, error) {
 	js, err := s.js.Conn().JetStream(nats.APIPrefix(apiPrefix(s.js.Options())))
 	if err != nil {
