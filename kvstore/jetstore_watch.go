@@ -62,25 +62,11 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 	if s.testHookTarget != nil {
 		s.testHookTarget()
 	}
-	heads := s.headersOnly(sctx)
-	keep := wholeBucketLoad(ps, s.cfg.Partitions)
 	// The consumers end with this context, which is cancelled when the watcher stops. Until the
 	// first is created it also ends with sctx, which bounds the creation.
 	wctx, cancel := context.WithCancel(ctx)
 	stopBound := context.AfterFunc(sctx, cancel)
-	var hw *headWatch
-	var kw jetstream.KeyWatcher
-	switch {
-	case keep != nil:
-		hw, err = s.watchHeads(wctx, []string{">"}, !heads)
-		if hw != nil {
-			hw.keep = keep
-		}
-	case heads:
-		hw, err = s.watchHeads(wctx, filters, false)
-	default:
-		kw, err = s.kv.WatchFiltered(wctx, slices.Clone(filters))
-	}
+	hw, kw, err := s.loadConsumer(sctx, wctx, ps, filters)
 	if !stopBound() && err == nil {
 		if hw != nil {
 			hw.stop()
@@ -122,6 +108,23 @@ func (s *JetStore) Watch(ctx context.Context, partitions ...int) (Watcher, error
 		close(w.done)
 	}()
 	return w, nil
+}
+
+// loadConsumer creates the consumer of a watch's initial values: a headWatch (of the whole bucket
+// for a large share of the partitions, wholeBucketLoad; headers-only if the bucket's messages are
+// large, headersOnly), or else nats.go's watch under the filters, which goes on as the live one.
+func (s *JetStore) loadConsumer(sctx, wctx context.Context, ps []int, filters []string) (*headWatch, jetstream.KeyWatcher, error) {
+	heads := s.headersOnly(sctx)
+	if keep := wholeBucketLoad(ps, s.cfg.Partitions); keep != nil {
+		hw, err := s.watchHeads(wctx, []string{">"}, !heads, keep)
+		return hw, nil, err
+	}
+	if heads {
+		hw, err := s.watchHeads(wctx, filters, false, nil)
+		return hw, nil, err
+	}
+	kw, err := s.kv.WatchFiltered(wctx, slices.Clone(filters))
+	return nil, kw, err
 }
 
 // headersOnlyMin is the mean size of the bucket's stored messages (header and value) from which a
@@ -191,8 +194,8 @@ type headWatch struct {
 
 // watchHeads creates the consumer (headers-only unless whole) of the last message of every key
 // under filters (keys relative to the bucket), and then of every later message, as nats.go's KV
-// watch does.
-func (s *JetStore) watchHeads(ctx context.Context, filters []string, whole bool) (*headWatch, error) {
+// watch does; keep, if set, picks the watch's keys from those.
+func (s *JetStore) watchHeads(ctx context.Context, filters []string, whole bool, keep func(string) bool) (*headWatch, error) {
 	js, err := s.js.Conn().JetStream(nats.APIPrefix(apiPrefix(s.js.Options())))
 	if err != nil {
 		return nil, err
@@ -201,7 +204,7 @@ func (s *JetStore) watchHeads(ctx context.Context, filters []string, whole bool)
 	for i, f := range filters {
 		subjects[i] = s.prefix + f
 	}
-	hw := &headWatch{whole: whole, msgs: make(chan *nats.Msg, 256), quit: make(chan struct{}), closed: make(chan struct{})}
+	hw := &headWatch{whole: whole, keep: keep, msgs: make(chan *nats.Msg, 256), quit: make(chan struct{}), closed: make(chan struct{})}
 	cb := func(m *nats.Msg) {
 		select {
 		case hw.msgs <- m:
@@ -348,10 +351,7 @@ func (s *JetStore) loadHeads(ctx context.Context, hw *headWatch, w *jetWatcher, 
 				continue
 			}
 			delete(full, key)
-			ev, whole := headEvent(&rd, key, rev, m.Header)
-			if hw.whole && (whole || ev.Kind == EventPut) {
-				ev, whole = fullEvent(&rd, key, rev, m.Data), false
-			}
+			ev, whole := hw.event(&rd, key, rev, m)
 			switch {
 			case whole:
 				full[key] = rev
@@ -371,6 +371,15 @@ func (s *JetStore) loadHeads(ctx context.Context, hw *headWatch, w *jetWatcher, 
 			return seen, false
 		}
 	}
+}
+
+// event is the event of message m of key at rev (whole: a record to be read in full): the record
+// it carries if the consumer is not headers-only, else headEvent's.
+func (hw *headWatch) event(rd *recordDecoder, key string, rev uint64, m *nats.Msg) (Event, bool) {
+	if _, ok := IDFromKey(key); ok && hw.whole && !isMarker(m.Header) {
+		return fullEvent(rd, key, rev, m.Data), false
+	}
+	return headEvent(rd, key, rev, m.Header)
 }
 
 // headEvent is the event of a headers-only message of key at rev: a delete, a Partial entry

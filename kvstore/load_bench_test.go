@@ -43,10 +43,7 @@ func BenchmarkWatchLoad(b *testing.B) {
 	for range *loadRevs {
 		fillBucket(b, js, "LOAD", kvstore.DefaultPartitions, n)
 	}
-	var parts []int
-	for p := range *loadParts {
-		parts = append(parts, p)
-	}
+	parts := loadPartitions()
 	want := n
 	if len(parts) > 0 {
 		want = 0
@@ -70,22 +67,7 @@ func BenchmarkWatchLoad(b *testing.B) {
 	b.ResetTimer()
 	start, cpu0 := time.Now(), cpuTime()
 	for range b.N {
-		w, err := s.Watch(ctx, parts...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		got := 0
-		for ev := range w.Events() {
-			if ev.Kind == kvstore.EventInitDone {
-				break
-			}
-			if ev.Kind != kvstore.EventPut {
-				b.Fatalf("event %v: %v", ev.Kind, ev.Err)
-			}
-			got++
-		}
-		_ = w.Stop()
-		if got != want {
+		if got := loadOnce(b, s, parts); got != want {
 			b.Fatalf("loaded %d records, want %d", got, want)
 		}
 	}
@@ -93,6 +75,36 @@ func BenchmarkWatchLoad(b *testing.B) {
 	// CPU time (server and client, both in this process) tells more than the wall clock on a
 	// machine shared with other work.
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(want*b.N), "cpu-ns/record")
+}
+
+// loadPartitions is the watch of -load-partitions: its first partitions, or nil for all.
+func loadPartitions() []int {
+	var parts []int
+	for p := range *loadParts {
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// loadOnce watches parts of s until EventInitDone and returns how many records it loaded.
+func loadOnce(b *testing.B, s *kvstore.JetStore, parts []int) int {
+	b.Helper()
+	w, err := s.Watch(context.Background(), parts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	got := 0
+	for ev := range w.Events() {
+		if ev.Kind == kvstore.EventInitDone {
+			break
+		}
+		if ev.Kind != kvstore.EventPut {
+			b.Fatalf("event %v: %v", ev.Kind, ev.Err)
+		}
+		got++
+	}
+	return got
 }
 
 // fillBucket writes n WAITING records shaped as the bridge's intake writes them (bench's payload

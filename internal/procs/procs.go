@@ -5,7 +5,6 @@ package procs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -300,35 +299,36 @@ func (c *Cluster) Close() {
 
 // RSS is the resident set size of process pid in bytes (Linux /proc; an error elsewhere).
 func RSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := procStatus(pid, "VmRSS")
 	if err != nil {
 		return 0, err
 	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0, err
-			}
-			return kb << 10, nil
-		}
+	kb, err := strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
+	if err != nil {
+		return 0, err
 	}
-	return 0, errors.New("no VmRSS in /proc status")
+	return kb << 10, nil
 }
 
 // Stopped reports whether process pid is stopped by a signal (SIGSTOP): a signal is delivered
 // asynchronously, so a process signalled may still run for a while (Linux /proc; an error elsewhere).
 func Stopped(pid int) (bool, error) {
+	v, err := procStatus(pid, "State")
+	return strings.HasPrefix(v, "T"), err
+}
+
+// procStatus is the value of field in /proc/<pid>/status, trimmed.
+func procStatus(pid int, field string) (string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "State:"); ok {
-			return strings.HasPrefix(strings.TrimSpace(rest), "T"), nil
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(rest), nil
 		}
 	}
-	return false, errors.New("no State in /proc status")
+	return "", fmt.Errorf("no %s in /proc status", field)
 }
 
 // BuildServer builds nats-server from the calling module's dependency into dir.
