@@ -160,7 +160,8 @@ func (r *runner) startBridgeNamed(ctx context.Context, s *bridgeSide, id string)
 	claims := &claimCounter{JetStore: store}
 	b, err := bridge.New(bnc, claims, bridge.Config{
 		ReplicaID: id, Stream: bridgeStream, StreamReplicas: s.srv.replicas(), NoAckLog: r.o.noAckLog,
-		Logger: r.log, Registerer: reg,
+		MaxClaims: r.o.maxClaims,
+		Logger:    r.log, Registerer: reg,
 	})
 	if err != nil {
 		_ = store.Close()

@@ -23,6 +23,7 @@ type options struct {
 	bridges    int  // bridges in this process on the bridge side
 	writeBatch int  // the bridge store's BatchMax (kvstore.Config)
 	noAckLog   bool // the bridge runs without its ack log
+	maxClaims  int  // the bridge's claim budget (0: its default)
 	intake     int
 	spread     int
 	burst      int
@@ -55,6 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.writeBatch = kvstore.DefaultBatchMax
 	fs.Var((*kvstore.BatchMaxFlag)(&o.writeBatch), "write-batch", "the bridge's store writes grouped into one atomic batch: auto, or 1-1000 (as axbridge --write-batch); 1 sends each on its own")
 	ackLog := fs.Bool("ack-log", true, "the bridge keeps consumer replies in its ack log (as axbridge --ack-log; false is --ack-log off)")
+	fs.IntVar(&o.maxClaims, "max-claims", 0, "the bridge's claim budget (as axbridge --max-claims; 0 is its default)")
 	fs.IntVar(&o.intake, "intake", 0, "schedules published in the intake row (default: --burst)")
 	fs.IntVar(&o.spread, "spread", 2000, "tasks spread over 0.5–4 s in the lateness rows")
 	fs.IntVar(&o.burst, "burst", 50000, "tasks due at one instant in the burst and writes rows")

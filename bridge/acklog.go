@@ -34,13 +34,13 @@ type ackLog struct {
 // openAckLog opens the ack log, creating it if missing. A log that cannot be opened (the user
 // lacks the permissions of permissions.md) is logged and done without; one that would answer the
 // consumers' publishes is refused, since an AckSync() would take its answer for the bridge's.
-func (b *Bridge) openAckLog(ctx context.Context) error {
-	if b.cfg.NoAckLog {
+func (b *Bridge) openAckLog(ctx context.Context, cfg acksConfig) error {
+	if cfg.NoLog {
 		return nil
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	name := b.cfg.AckLog
+	name := cfg.Log
 	s, err := b.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = b.js.CreateStream(ctx, jetstream.StreamConfig{
@@ -50,7 +50,7 @@ func (b *Bridge) openAckLog(ctx context.Context) error {
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    b.cfg.StreamReplicas,
-			MaxAge:      b.cfg.AckLogMaxAge,
+			MaxAge:      cfg.LogMaxAge,
 			MaxBytes:    ackLogMaxBytes,
 			Discard:     jetstream.DiscardOld,
 			NoAck:       true,

@@ -156,8 +156,8 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		nparts:     store.Partitions(),
 		ownChanged: make(chan struct{}, 1),
 	}
-	b.svc = bridgeServices{acks: acksService{b: b}, members: membersService{b: b},
-		sched: schedService{b: b}, api: apiService{b: b}, intake: intakeService{b: b}}
+	b.svc = bridgeServices{acks: acksService{b: b, cfg: cfg.acks()}, members: membersService{b: b, cfg: cfg.members()},
+		sched: schedService{b: b, cfg: cfg.sched()}, api: apiService{b: b}, intake: intakeService{b: b, cfg: cfg.intake()}}
 	b.m.members = newMemberMetrics(b, cfg.Registerer)
 	b.maxDeliver.Store(int64(cfg.IntakeMaxDeliver))
 	if r, ok := store.(interface{ Retention() time.Duration }); ok {
@@ -230,7 +230,7 @@ func (b *Bridge) start(ctx context.Context) error {
 
 // join opens the membership bucket unless Config.Members gave one, announces this replica and
 // computes the partitions it owns (members.go); the goroutines that keep that up run until Stop.
-func (b *Bridge) join(ctx context.Context) error {
+func (b *Bridge) join(ctx context.Context, cfg membersConfig) error {
 	if b.members == nil {
 		bucket := b.cfg.MembersBucket
 		if named, ok := b.store.(interface{ Bucket() string }); ok && bucket == "" {
@@ -247,7 +247,7 @@ func (b *Bridge) join(ctx context.Context) error {
 	}
 	membersCtx, stopMembers := context.WithCancel(context.Background())
 	b.stopMembers = stopMembers
-	if err := b.startMembers(ctx, membersCtx); err != nil {
+	if err := b.startMembers(ctx, membersCtx, cfg); err != nil {
 		return fmt.Errorf("bridge: join the replicas: %w", err)
 	}
 	return nil

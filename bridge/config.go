@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,8 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/axbridge/axbridge/bridge/internal/sched"
 	"github.com/axbridge/axbridge/kvstore"
 )
+
+// DefaultMaxClaims is Config.MaxClaims when it is 0.
+const DefaultMaxClaims = sched.DefaultMaxClaims
 
 // Config configures a Bridge. Zero values take the documented defaults.
 type Config struct {
@@ -122,6 +124,9 @@ type Config struct {
 	// AckWorkers apply consumer acks (default 256). Both pipeline store round trips.
 	Workers    int
 	AckWorkers int
+	// MaxClaims bounds the fires claimed and not yet out (default DefaultMaxClaims), and a
+	// quarter of it bounds them while the replica loads, is offline or behind.
+	MaxClaims int
 
 	// Registerer receives the bridge's Prometheus metrics (default: none are exported).
 	Registerer prometheus.Registerer
@@ -168,6 +173,7 @@ func (c Config) withDefaults() Config {
 	c.PartitionLease = cmp.Or(c.PartitionLease, 5*time.Second)
 	c.Workers = cmp.Or(c.Workers, 256)
 	c.AckWorkers = cmp.Or(c.AckWorkers, 256)
+	c.MaxClaims = cmp.Or(c.MaxClaims, DefaultMaxClaims)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -179,63 +185,3 @@ func (c Config) withDefaults() Config {
 
 // Validate reports every invalid setting, after defaults are applied. New calls it too.
 func (c Config) Validate() error { return c.withDefaults().validate() }
-
-// validate reports every invalid setting.
-func (c Config) validate() error {
-	var errs []error
-	if err := CheckPrefix(c.Prefix); err != nil {
-		errs = append(errs, err)
-	}
-	if !validBizType(c.ReplicaID) {
-		errs = append(errs, fmt.Errorf("replica id %q: want 1-64 characters of [A-Za-z0-9_-]", c.ReplicaID))
-	}
-	if c.IntakeMaxDeliver < 1 {
-		errs = append(errs, fmt.Errorf("intake max deliver %d: want at least 1", c.IntakeMaxDeliver))
-	}
-	if c.MaxAttempts < 1 || c.MaxAttempts > maxMaxRetry+1 {
-		errs = append(errs, fmt.Errorf("max attempts %d (max retry %d): want max retry 0-%d", c.MaxAttempts, c.MaxAttempts-1, maxMaxRetry))
-	}
-	if err := checkAckWait(c.AckWait); err != nil {
-		errs = append(errs, err)
-	}
-	if err := checkBackoff(c.Backoff); err != nil {
-		errs = append(errs, err)
-	}
-	if c.PreRead < 0 || c.Workers < 1 || c.AckWorkers < 1 || c.MaxPayload < 1 || c.PastTolerance < 0 || c.MaxHorizon <= 0 {
-		errs = append(errs, errors.New("pre-read, workers, payload limit, tolerance and horizon must be positive"))
-	}
-	if c.AckLogMaxAge < time.Second {
-		errs = append(errs, fmt.Errorf("ack log max age %v: want at least 1s", c.AckLogMaxAge))
-	}
-	if c.PartitionLease < 500*time.Millisecond {
-		errs = append(errs, fmt.Errorf("partition lease %v: want at least 500ms", c.PartitionLease))
-	}
-	if c.LeaseSkew < 0 {
-		errs = append(errs, fmt.Errorf("lease skew %v: want 0 or more", c.LeaseSkew))
-	}
-	if c.ClaimAhead > maxClaimAhead {
-		errs = append(errs, fmt.Errorf("claim ahead %v: want at most %v (negative: off)", c.ClaimAhead, maxClaimAhead))
-	}
-	if c.MaxPreReadTasks < 1 {
-		errs = append(errs, fmt.Errorf("max pre-read tasks %d: want at least 1", c.MaxPreReadTasks))
-	}
-	if c.MaxPreReadBytes < 1 {
-		errs = append(errs, fmt.Errorf("max pre-read bytes %d: want at least 1", c.MaxPreReadBytes))
-	}
-	if c.WatchTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("watch timeout %v: want more than 0", c.WatchTimeout))
-	}
-	if c.ReconcileInterval <= 0 {
-		errs = append(errs, fmt.Errorf("reconcile interval %v: want more than 0", c.ReconcileInterval))
-	}
-	if c.ReconcileGrace < 0 {
-		errs = append(errs, fmt.Errorf("reconcile grace %v: want 0 or more", c.ReconcileGrace))
-	}
-	if c.ReconcileRate < 1 {
-		errs = append(errs, fmt.Errorf("reconcile rate %d: want at least 1 record a second", c.ReconcileRate))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("bridge config: %w", err)
-	}
-	return nil
-}

@@ -36,11 +36,11 @@ type loopState struct {
 	lastStats time.Time        // monotonic: when the overdue gauges were last computed
 }
 
-func (b *Bridge) newLoopState(parts []int) *loopState {
+func (b *Bridge) newLoopState(cfg schedConfig, parts []int) *loopState {
 	l := &loopState{b: b, now: b.read()}
-	l.c = sched.New(sched.Config{Replica: b.cfg.ReplicaID, Partitions: b.nparts, PreRead: b.cfg.PreRead,
-		MaxPreReadTasks: b.cfg.MaxPreReadTasks, MaxPreReadBytes: b.cfg.MaxPreReadBytes, LeaseSkew: b.cfg.LeaseSkew},
-		parts, l.now)
+	l.c = sched.New(sched.Config{Replica: b.cfg.ReplicaID, Partitions: b.nparts, PreRead: cfg.PreRead,
+		MaxPreReadTasks: cfg.MaxPreReadTasks, MaxPreReadBytes: cfg.MaxPreReadBytes, LeaseSkew: cfg.LeaseSkew,
+		MaxClaims: cfg.MaxClaims}, parts, l.now)
 	l.clock.check(l.now)
 	l.loading = func(int) bool { return false }
 	l.loadAny = func() bool { return false }
@@ -51,12 +51,13 @@ func (b *Bridge) newLoopState(parts []int) *loopState {
 // decides every step. The loop reads watch events (watches), worker results and the reconciler's
 // findings into the core, hands the core's jobs to the workers, publishes the held fires it
 // returns, and sleeps on one timer armed to the core's next due step (at most idleCheck away).
-// parts are the partitions owned at Start, whose watch first is (nil if none). It closes b.jobs
-// and b.loopEnd when it returns, after its helper goroutines have ended.
-func (b *Bridge) loop(ctx context.Context, first kvstore.Watcher, parts []int) {
+// cfg is the sched service's; parts are the partitions owned at Start, whose watch first is
+// (nil if none). It closes b.jobs and b.loopEnd when it returns, after its helper goroutines
+// have ended.
+func (b *Bridge) loop(ctx context.Context, cfg schedConfig, first kvstore.Watcher, parts []int) {
 	defer close(b.loopEnd)
 	defer close(b.jobs)
-	l := b.newLoopState(parts)
+	l := b.newLoopState(cfg, parts)
 	ws := newLoopWatch(ctx, b, l, first, parts)
 	defer ws.stop()
 	found := make(chan reconcileMsg) // reconciler ⇄ loop: records the index may have missed

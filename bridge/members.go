@@ -56,11 +56,11 @@ func (b *Bridge) fenceMargin() time.Duration { return b.cfg.PartitionLease / 5 }
 
 // startMembers joins the replicas (package membership) and starts the intake purge loop, which
 // works while this replica is the housekeeper; both run until membersCtx ends and Stop.
-func (b *Bridge) startMembers(ctx, membersCtx context.Context) error {
+func (b *Bridge) startMembers(ctx, membersCtx context.Context, cfg membersConfig) error {
 	m, err := membership.New(membership.Config{
-		ReplicaID:  b.cfg.ReplicaID,
+		ReplicaID:  cfg.Replica,
 		Partitions: b.nparts,
-		Lease:      b.cfg.PartitionLease,
+		Lease:      cfg.Lease,
 		Store:      b.members,
 		Conn:       b.nc,
 		Logger:     b.log,

@@ -43,14 +43,15 @@ type bridgeServices struct {
 // and the settle workers, which read back and apply those whose pipelined write failed.
 type acksService struct {
 	b       *Bridge
+	cfg     acksConfig
 	workers sync.WaitGroup
 }
 
 func (s *acksService) Start(ctx context.Context) error {
-	if err := s.b.openAckLog(ctx); err != nil {
+	if err := s.b.openAckLog(ctx, s.cfg); err != nil {
 		return err
 	}
-	for range s.b.cfg.AckWorkers {
+	for range s.cfg.Workers {
 		s.workers.Add(1)
 		go func() {
 			defer s.workers.Done()
@@ -74,9 +75,12 @@ func (s *acksService) Stop(ctx context.Context) error {
 }
 
 // membersService joins the replicas and keeps the ack subscriptions of the partitions owned.
-type membersService struct{ b *Bridge }
+type membersService struct {
+	b   *Bridge
+	cfg membersConfig
+}
 
-func (s *membersService) Start(ctx context.Context) error { return s.b.join(ctx) }
+func (s *membersService) Start(ctx context.Context) error { return s.b.join(ctx, s.cfg) }
 
 // Stop leaves the replicas, so that the others take the partitions over at once, and keeps the
 // ack subscriptions until they can have subscribed (handOverAcks), then drains them.
@@ -109,6 +113,7 @@ func (s *membersService) Stop(ctx context.Context) error {
 // schedService runs the scheduling loop and the fire workers it hands jobs to.
 type schedService struct {
 	b        *Bridge
+	cfg      schedConfig
 	stop     context.CancelFunc // ends the loop
 	watcher  kvstore.Watcher    // the loop's first watch, until the loop runs
 	loopRuns bool               // the loop goroutine was started (loopEnd will close)
@@ -128,8 +133,8 @@ func (s *schedService) Start(ctx context.Context) error {
 	}
 	w := s.watcher
 	s.watcher, s.loopRuns = nil, true
-	go b.loop(loopCtx, w, parts)
-	for range b.cfg.Workers {
+	go b.loop(loopCtx, s.cfg, w, parts)
+	for range s.cfg.Workers {
 		s.workers.Add(1)
 		go func() {
 			defer s.workers.Done()
@@ -163,7 +168,7 @@ func (s *schedService) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// apiService answers the task API: get, cancel, requeue.
+// apiService answers the task API: get, cancel, requeue. It has no settings of its own.
 type apiService struct {
 	b   *Bridge
 	svc micro.Service
@@ -187,6 +192,7 @@ func (s *apiService) Stop(context.Context) error {
 // intakeService takes schedule messages from the intake consumer and stores them.
 type intakeService struct {
 	b    *Bridge
+	cfg  intakeConfig
 	adv  *nats.Subscription // the intake consumer's max-deliveries advisories
 	stop context.CancelFunc // ends runIntakeFrom, which drains the intake consumer
 	runs bool               // runIntakeFrom was started (intakeEnd will close)
@@ -217,7 +223,7 @@ func (s *intakeService) Start(ctx context.Context) error {
 	s.stop, s.runs = stop, true
 	cc, err := b.consume(cons)
 	if err != nil {
-		b.log.Warn("intake: consume failed; retrying", "stream", b.cfg.Stream, "err", err)
+		b.log.Warn("intake: consume failed; retrying", "stream", s.cfg.Stream, "err", err)
 		cons = nil
 	}
 	go b.runIntakeFrom(intakeCtx, cons, cc)

@@ -33,6 +33,7 @@ type options struct {
 	leaseSkew, reconcileInterval, markerTTL time.Duration
 	intakeMaxDeliver                        int
 	preReadTasks, preReadBytes              int
+	maxClaims                               int
 	writeBatch                              int
 
 	metricsAddr         string
@@ -87,6 +88,7 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.DurationVar(&o.markerTTL, "marker-ttl", kvstore.DefaultMarkerTTL, "how long the delete marker of a retired record stays (set when the bucket is created or gains TTLs)")
 	fs.IntVar(&o.intakeMaxDeliver, "intake-max-deliver", 20, "deliveries of a schedule message while the store keeps failing, before it is refused with STORE_UNAVAILABLE")
 	fs.IntVar(&o.preReadTasks, "preread-max-tasks", 100_000, "at most this many due-soon records are held with their payloads (more are read when they fire)")
+	fs.IntVar(&o.maxClaims, "max-claims", bridge.DefaultMaxClaims, "at most this many fires claimed and not yet out (a quarter of it while loading, offline or behind); the rest wait in the index, where no lease runs")
 	fs.IntVar(&o.preReadBytes, "preread-max-bytes", 64<<20, "at most this many bytes of due-soon records are held in memory")
 	o.writeBatch = kvstore.DefaultBatchMax
 	fs.Var((*kvstore.BatchMaxFlag)(&o.writeBatch), "write-batch", "store writes (claims, acks, creates) grouped into one atomic batch publish: auto, or 1-1000; 1 sends each on its own. auto sends each on its own while they keep up, and batches of up to 1000 while writes queue behind single writes that batches beat by far (a single NATS server with sync_interval: always); see bench/README.md")

@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		PastTolerance: o.pastTolerance, MaxHorizon: o.maxHorizon,
 		LeaseSkew: o.leaseSkew, ReconcileInterval: o.reconcileInterval, IntakeMaxDeliver: o.intakeMaxDeliver,
 		PartitionLease:  o.partitionLease,
-		MaxPreReadTasks: o.preReadTasks, MaxPreReadBytes: o.preReadBytes,
+		MaxPreReadTasks: o.preReadTasks, MaxPreReadBytes: o.preReadBytes, MaxClaims: o.maxClaims,
 		Logger: log,
 	}
 	if err := cfg.Validate(); err != nil { // before anything starts
