@@ -254,13 +254,15 @@ func (r report) log(t testing.TB, faults *faultLog) {
 
 // settle waits (within) until every accepted task's record is SUCCESS, then checks that none is
 // RUNNING past its lease or WAITING past due, reading the ones still unsettled from the leader.
-func settle(t testing.TB, store *kvstore.JetStore, ids map[string]bool, within time.Duration, leaseSkew time.Duration) {
+// It returns the SUCCESS records by id.
+func settle(t testing.TB, store *kvstore.JetStore, ids map[string]bool, within time.Duration, leaseSkew time.Duration) map[string]kvstore.Task {
 	t.Helper()
 	left := make([]string, 0, len(ids))
 	for id := range ids {
 		left = append(left, id)
 	}
 	slices.Sort(left)
+	done := make(map[string]kvstore.Task, len(ids))
 	checkFor(within, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -268,13 +270,12 @@ func settle(t testing.TB, store *kvstore.JetStore, ids map[string]bool, within t
 		if err != nil {
 			return false
 		}
-		done := map[string]bool{}
 		for _, e := range es {
 			if e.Task.Status == kvstore.StatusSuccess {
-				done[e.Task.ID] = true
+				done[e.Task.ID] = e.Task
 			}
 		}
-		left = slices.DeleteFunc(left, func(id string) bool { return done[id] })
+		left = slices.DeleteFunc(left, func(id string) bool { _, ok := done[id]; return ok })
 		return len(left) == 0
 	})
 	now := time.Now().UnixMilli()
@@ -294,6 +295,7 @@ func settle(t testing.TB, store *kvstore.JetStore, ids map[string]bool, within t
 	if len(left) > 0 {
 		t.Errorf("%d of %d tasks not SUCCESS at the end", len(left), len(ids))
 	}
+	return done
 }
 
 // chaosSeed is AX_CHAOS_SEED, or the time; the test logs it so a failure can be replayed.

@@ -93,8 +93,9 @@ func TestChaos(t *testing.T) {
 	t.Logf("publishing and faults done at +%v; %d accepted, %d publishes failed", time.Since(origin).Truncate(time.Millisecond), len(r.pub.ids()), r.pub.failed)
 
 	ids := r.pub.ids()
-	settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
+	final := settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
 	rep := checkFires(t, ids, r.obs, r.cons, r.faults)
+	checkSpent(t, final, r.obs, r.faults)
 	r.revs.logSettleLag(t, ids, r.obs, r.cons)
 	// The due time the bridge fired at is the one the task asked for: delay from the moment the
 	// stream accepted it, which is after its publish began.

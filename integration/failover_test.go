@@ -32,8 +32,9 @@ func TestFailoverKill9(t *testing.T) {
 	victim.kill9()
 	r.faults.add(fault{kind: "kill9", target: victim.id, start: killed, end: killed, settled: killed})
 
-	settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
+	final := settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
 	rep := checkFires(t, ids, r.obs, r.cons, r.faults)
+	checkSpent(t, final, r.obs, r.faults)
 	defer r.finish(rep) // after the hand-off's checks: on a failure, with the bridges' logs
 
 	parts := r.store.Partitions()

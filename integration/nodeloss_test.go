@@ -50,8 +50,9 @@ func TestNATSLeaderLoss(t *testing.T) {
 	}
 	r.faults.add(fault{kind: "nats-kill9", target: leader, start: killed, end: time.Now(), settled: time.Now().Add(5 * time.Second)})
 
-	settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
+	final := settle(t, r.store, ids, 60*time.Second, r.leaseSkew)
 	rep := checkFires(t, ids, r.obs, r.cons, r.faults)
+	checkSpent(t, final, r.obs, r.faults)
 	r.finish(rep)
 	gapFrom, gapTo := firstFireGap(r.obs, ids, killed.Add(-time.Second), killed.Add(30*time.Second))
 	// The election time is when stream info first named another leader: an upper bound, as the
