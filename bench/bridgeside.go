@@ -409,8 +409,14 @@ func (r *runner) bridgeBurst(ctx context.Context, srv *serverSet, x *result) err
 		return fmt.Errorf("records not all stored before the due instant: raise --lead (was %v): %w", lead, err)
 	}
 	r.p.say("all stored; due in %v", time.Until(due).Truncate(time.Millisecond))
+	ws0 := s.store.WriteStats()
+	stopProfile, err := r.profileFrom(ctx, srv, due, r.o.burstProf)
+	if err != nil {
+		return err
+	}
 	err = r.waitFor(ctx, "fires and acks", time.Until(due)+10*time.Minute, func() bool { return acked.Load() >= int64(total) },
 		func() string { return fmt.Sprintf("%d/%d fired, %d acks applied", f.distinct(), total, acked.Load()) })
+	stopProfile()
 	x.lost, x.early = f.check(total)
 	s.account(x)
 	if err != nil {
@@ -422,5 +428,13 @@ func (r *runner) bridgeBurst(ctx context.Context, srv *serverSet, x *result) err
 	}
 	burstValues(x, total, f.lastAt().Sub(due), time.Unix(0, lastAck.Load()).Sub(due), before, after)
 	s.claimValues(x, "burst_conflicts")
+	x.notes = append(x.notes, writeStatsNote(ws0, s.store.WriteStats()))
 	return nil
+}
+
+// writeStatsNote says how the bridge's store sent its writes between two readings.
+func writeStatsNote(a, b kvstore.WriteStats) string {
+	batched, singles := b.BatchedWrites-a.BatchedWrites, b.Singles-a.Singles
+	return fmt.Sprintf("the bridge's store sent %d writes: %d in %d atomic batches, %d on their own (automatic grouping: %d probes, %d switches)",
+		batched+singles, batched, b.Batches-a.Batches, singles, b.Probes-a.Probes, b.Switches-a.Switches)
 }

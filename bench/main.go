@@ -35,6 +35,7 @@ type options struct {
 	natsServer string
 	logLevel   slog.Level
 	cpuProfile string // file for a CPU profile of the bench process during the pending row's restart
+	burstProf  string // file for a CPU profile of the bench process from the burst's due instant to its last ack
 }
 
 // scenarios in run and table order; --only also takes the aliases in scenarioAlias.
@@ -67,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary to run (default: build the module's nats-server into a temp dir)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the bridge runs in it) from the pending row's restart until its index is loaded")
+	fs.StringVar(&o.burstProf, "burst-cpuprofile", "", "write a CPU profile of the bench process from the bridge burst's due instant until its last ack")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the bridge's own logs on stderr: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err

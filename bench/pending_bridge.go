@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,40 @@ func startCPUProfile(file string) (func(), error) {
 		pprof.StopCPUProfile()
 		_ = f.Close()
 	}, nil
+}
+
+// profileFrom waits until at, then starts a CPU profile into file (none if file is empty); the
+// returned func ends it and says the CPU time of this process and of the servers while it ran.
+func (r *runner) profileFrom(ctx context.Context, srv *serverSet, at time.Time, file string) (func(), error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Until(at)):
+	}
+	stop, err := startCPUProfile(file)
+	if err != nil {
+		return nil, err
+	}
+	cpu0, wall0 := cpuTime(), time.Now()
+	srv0, _ := srv.CPU()
+	return func() {
+		stop()
+		srv1, _ := srv.CPU()
+		r.p.say("profile %s: %v of CPU in %v; the nats-servers took %v", file, (cpuTime() - cpu0).Truncate(time.Millisecond),
+			time.Since(wall0).Truncate(time.Millisecond), srv1-srv0)
+	}, nil
+}
+
+// cpuTime is the user and system CPU time of this process so far.
+func cpuTime() time.Duration {
+	var u syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &u) != nil {
+		return 0
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
 // heapAlloc is the heap in use after two collections.

@@ -310,6 +310,43 @@ func RSS(pid int) (int64, error) {
 	return kb << 10, nil
 }
 
+// CPU is the sum of the nodes' user and system CPU time so far (Linux /proc; an error elsewhere).
+func (c *Cluster) CPU() (time.Duration, error) {
+	var sum time.Duration
+	for _, nd := range c.nodes {
+		d, err := CPU(nd.Pid())
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+// CPU is process pid's user and system CPU time so far, from /proc/<pid>/stat's utime and stime
+// (in clock ticks of 1/100 s, USER_HZ on Linux).
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command (field 2) is in parentheses and may hold spaces: count from after it.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // utime and stime: fields 14 and 15 of stat, 12 and 13 after the command
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // Stopped reports whether process pid is stopped by a signal (SIGSTOP): a signal is delivered
 // asynchronously, so a process signalled may still run for a while (Linux /proc; an error elsewhere).
 func Stopped(pid int) (bool, error) {

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -54,4 +55,27 @@ func TestKill9AndRestartKeepsStore(t *testing.T) {
 	}) || info.State.Msgs != 1 {
 		t.Fatalf("after restart: %+v, %v", info, err)
 	}
+}
+
+// CPU reads this process's own CPU time from /proc, and it grows as the process computes.
+func TestCPUOfOwnProcess(t *testing.T) {
+	pid := os.Getpid()
+	first, err := CPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink uint64
+	for round := 0; round < 10000; round++ { // each round ~1 ms of work; a tick is 10 ms
+		for i := uint64(0); i < 1<<20; i++ {
+			sink += i * i
+		}
+		now, err := CPU(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now > first {
+			return
+		}
+	}
+	t.Fatalf("CPU stayed at %v through ~10 s of work (sink %d)", first, sink)
 }
