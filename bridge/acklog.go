@@ -14,7 +14,8 @@ import (
 // The ack log (subjects.md, "The ack log"): a stream that captures every consumer reply on
 // ax.ack.>, whoever receives it. A replica that received an ack and died before writing it leaves
 // the ack there, and the replica that ends the attempt's lease applies it (applyLoggedReply)
-// instead of retrying a task its consumer already settled.
+// instead of retrying a task its consumer already settled. The log is in memory on one server:
+// on file and R3 it cost a 3-node burst a fifth of its time (bench/README.md, "The ack log's storage").
 
 const (
 	// DefaultAckLogMaxAge is Config.AckLogMaxAge when it is 0.
@@ -48,8 +49,8 @@ func (b *Bridge) openAckLog(ctx context.Context, cfg acksConfig) error {
 			Description: "ax bridge ack log: consumer replies, kept so that a replica's death loses none",
 			Subjects:    []string{b.cfg.subj.ack + ">"},
 			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    b.cfg.StreamReplicas,
+			Storage:     jetstream.MemoryStorage, // for a bridge's death, not a server's: no fsync, no raft
+			Replicas:    1,
 			MaxAge:      cfg.LogMaxAge,
 			MaxBytes:    ackLogMaxBytes,
 			Discard:     jetstream.DiscardOld,
