@@ -39,6 +39,23 @@ func NewWheel(queues int, span int64) *Index {
 	return x
 }
 
+// AddQueue adds an empty queue, with a wheel if the index has one, and returns its number; it
+// panics past 256 queues.
+func (x *Index) AddQueue() int {
+	if len(x.queues) >= 256 {
+		panic("timingwheel: 256 queues already")
+	}
+	var qu queue
+	if x.span > 0 {
+		qu.slots, qu.bits = make([]heap, x.span), make([]uint64, (x.span+63)/64)
+	}
+	x.queues = append(x.queues, qu)
+	return len(x.queues) - 1
+}
+
+// Queues is the number of queues.
+func (x *Index) Queues() int { return len(x.queues) }
+
 // Advance moves the wheel to now, never back: the slots now passed join late, and every entry of
 // the far heaps due before now+span moves into its slot (or, if due before now, into late), and
 // is reported to entering (if not nil), which must not change the index. The first call sets

@@ -209,3 +209,28 @@ func TestWheelPeekDueAllocs(t *testing.T) {
 		t.Errorf("PeekDue allocates %v times a call, want 0", a)
 	}
 }
+
+// A queue added to a running wheel works as one made with it: its entries enter the span, are
+// late once passed, and an entry moved into it by Put leaves its old queue.
+func TestWheelAddQueue(t *testing.T) {
+	x := timingwheel.NewWheel(1, 10)
+	advance(x, 100)
+	q := x.AddQueue()
+	if q != 1 || x.Queues() != 2 {
+		t.Fatalf("AddQueue %d, Queues %d; want 1, 2", q, x.Queues())
+	}
+	x.Put(q, timingwheel.Entry{ID: "far", Due: 150})
+	x.Put(q, timingwheel.Entry{ID: "near", Due: 105})
+	put(x, "moved", 103)
+	x.Put(q, timingwheel.Entry{ID: "moved", Due: 103})
+	wantIDs(t, "entering at 141", advance(x, 141), "far")
+	wantIDs(t, "queue 0", popAll(x, 0))
+	wantIDs(t, "queue 1", popAll(x, q), "moved", "near", "far")
+	full := timingwheel.New(256)
+	defer func() {
+		if recover() == nil {
+			t.Error("a 257th queue: no panic")
+		}
+	}()
+	full.AddQueue()
+}

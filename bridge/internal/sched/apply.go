@@ -91,7 +91,7 @@ func (c *Core) index(t *task, e record.Entry) {
 	switch rt.Status {
 	case record.StatusWaiting:
 		if !c.idx.inSpan(rt.DueAt, c.now.Ms) {
-			c.idx.put(id, rt.DueAt, e.Revision, Fire) // read ahead as it enters the span (Now)
+			c.idx.putIn(c.idx.laneOf(rt.BizType), id, rt.DueAt, e.Revision, Fire) // read ahead as it enters the span (Now)
 			return
 		}
 		switch {
@@ -103,7 +103,7 @@ func (c *Core) index(t *task, e record.Entry) {
 			// fired at once, and its fire reads the record itself.
 			c.preRead(id)
 		}
-		c.idx.put(id, rt.DueAt, e.Revision, Fire)
+		c.idx.putIn(c.idx.laneOf(rt.BizType), id, rt.DueAt, e.Revision, Fire)
 	case record.StatusRunning:
 		c.idx.put(id, c.leaseDue(rt), e.Revision, Lease)
 	default: // final: nothing more to do here

@@ -45,6 +45,7 @@ type task struct {
 	held     *record.Entry // a claim landed ahead of its due time, indexed as Publish
 	behind   int           // reads so far that lagged the indexed revision
 	near     *record.Entry // the record with its payload, due within PreRead
+	lane     int           // the fire queue it was taken from (its bizType's), for a fire put back
 }
 
 // Core is the scheduling state machine. It is not safe for concurrent use: one goroutine owns it.

@@ -8,6 +8,8 @@ import (
 	"github.com/axbridge/axbridge/kvstore/record"
 )
 
+var fuzzBizTypes = []string{"", "orders", "reports"}
+
 // model is what the bucket holds, as the fuzz's watch and workers see it.
 type model struct {
 	t       *testing.T
@@ -35,7 +37,8 @@ func (m *model) time() Time {
 // write stores a new record of id and delivers its watch event.
 func (m *model) write(id string, st record.Status, due int64, claim uint64) {
 	m.rev++
-	e := record.Entry{Revision: m.rev, Task: record.Task{ID: id, Status: st, DueAt: due, Payload: []byte("p")}}
+	e := record.Entry{Revision: m.rev, Task: record.Task{ID: id, Status: st, DueAt: due, Payload: []byte("p"),
+		BizType: fuzzBizTypes[int(id[len(id)-1])%len(fuzzBizTypes)]}} // lanes of their own, and the one of none
 	if st == record.StatusRunning {
 		e.Task.Owner, e.Task.Claim, e.Task.LeaseUntil = "r1", claim, due+100
 	}

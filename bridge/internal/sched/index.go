@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"hash/maphash"
 	"time"
 
 	"github.com/axbridge/axbridge/timingwheel"
@@ -12,9 +13,15 @@ import (
 // due fires are taken first and taking stops as soon as the job queue is full. Each queue has a
 // wheel of 1 ms slots whose span is the pre-read window in front of its heap: a fire entering
 // the span is the moment to read its payload (advance).
+//
+// Fires wait in lanes, one queue per bizType (laneOf), which popDue takes in turn: one bizType's
+// backlog of due fires does not hold back another's (issue 25, isolation).
 type slots struct {
 	x      *timingwheel.Index
 	spanMs int64
+	lanes  map[string]int // bizType → its fire queue
+	fireQs []int          // the fire queues: heapFire (no bizType known) first, then by arrival
+	rr     int            // popDue's next position in fireQs
 }
 
 // slotEntry is an indexed step as the core sees it.
@@ -23,7 +30,12 @@ type slotEntry struct {
 	due  int64 // UTC Unix ms at which the step is due
 	rev  uint64
 	kind Kind
+	q    int // its queue
 }
+
+// maxLanes bounds the fire queues; past it, bizTypes share them (by hash). A lane's wheel costs
+// 24 bytes per ms of the pre-read window.
+const maxLanes = 64
 
 // The index's queues.
 const (
@@ -50,7 +62,75 @@ const maxSpan = time.Minute
 func newSlots(window time.Duration) *slots {
 	span := (min(window, maxSpan) + time.Millisecond - 1) / time.Millisecond
 	n := max(int64(span), 0) + 1
-	return &slots{x: timingwheel.NewWheel(3, n), spanMs: n}
+	return &slots{x: timingwheel.NewWheel(3, n), spanMs: n, lanes: map[string]int{}, fireQs: []int{heapFire}}
+}
+
+// laneOf is bizType's fire queue, added on first sight.
+func (s *slots) laneOf(bizType string) int {
+	if bizType == "" {
+		return heapFire
+	}
+	if q, ok := s.lanes[bizType]; ok {
+		return q
+	}
+	var q int
+	if len(s.fireQs) < maxLanes {
+		q = s.x.AddQueue()
+		s.fireQs = append(s.fireQs, q)
+	} else {
+		q = s.fireQs[1+int(maphash.String(laneSeed, bizType)%uint64(len(s.fireQs)-1))]
+	}
+	s.lanes[bizType] = q
+	return q
+}
+
+var laneSeed = maphash.MakeSeed()
+
+// sameLanes gives s the lanes of old (s is new and empty), so that entries keep their queues.
+func (s *slots) sameLanes(old *slots) {
+	for s.x.Queues() < old.x.Queues() {
+		s.x.AddQueue()
+	}
+	s.lanes, s.fireQs = old.lanes, old.fireQs
+}
+
+// isFireQ reports whether queue q holds fires.
+func (s *slots) isFireQ(q int) bool { return q != heapHouse && q != heapPublish }
+
+// popDue pops a fire due by ms, from the lanes in turn; false if none is due.
+func (s *slots) popDue(ms int64) (slotEntry, bool) {
+	n := len(s.fireQs)
+	for k := range n {
+		i := (s.rr + k) % n
+		q := s.fireQs[i]
+		if due, ok := s.x.PeekDue(q); ok && due <= ms {
+			s.rr = (i + 1) % n
+			return s.pop(q), true
+		}
+	}
+	return slotEntry{}, false
+}
+
+// nextFire is the earliest due time of any fire; false if there is none.
+func (s *slots) nextFire() (earliest int64, ok bool) {
+	for _, q := range s.fireQs {
+		if due, has := s.x.PeekDue(q); has && (!ok || due < earliest) {
+			earliest, ok = due, true
+		}
+	}
+	return earliest, ok
+}
+
+// countFires counts the fires due at or before ms, and returns the earliest due time among them.
+func (s *slots) countFires(ms int64) (n int, earliest int64) {
+	for _, q := range s.fireQs {
+		m, e := s.countDue(q, ms, Fire)
+		if m > 0 && (n == 0 || e < earliest) {
+			earliest = e
+		}
+		n += m
+	}
+	return n, earliest
 }
 
 // inSpan reports whether a step due at due is within the span from ms: its payload is read now,
@@ -67,35 +147,47 @@ func (s *slots) advance(ms int64, entering func(id string)) {
 }
 
 // entering is when the next fire step enters the span; false if none is beyond it.
-func (s *slots) entering() (int64, bool) { return s.x.Entering(heapFire) }
+func (s *slots) entering() (at int64, ok bool) {
+	for _, q := range s.fireQs {
+		if t, has := s.x.Entering(q); has && (!ok || t < at) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
 
-func slotOf(e timingwheel.Entry) slotEntry {
-	return slotEntry{id: e.ID, due: e.Due, rev: e.Value, kind: Kind(e.Kind)}
+func slotOf(e timingwheel.Entry, q int) slotEntry {
+	return slotEntry{id: e.ID, due: e.Due, rev: e.Value, kind: Kind(e.Kind), q: q}
 }
 
 func (s *slots) len() int { return s.x.Len() }
 
 func (s *slots) get(id string) (slotEntry, bool) {
 	e, ok := s.x.Get(id)
-	return slotOf(e), ok
+	return slotOf(e, -1), ok
 }
 
-// put indexes id's next step, replacing any entry id had.
+// put indexes id's next step, replacing any entry id had; a fire goes to the lane of no bizType.
 func (s *slots) put(id string, due int64, rev uint64, kind Kind) {
-	s.x.Put(heapOf(kind), timingwheel.Entry{ID: id, Due: due, Value: rev, Kind: uint8(kind)})
+	s.putIn(heapOf(kind), id, due, rev, kind)
+}
+
+// putIn is put into queue q: a fire's lane.
+func (s *slots) putIn(q int, id string, due int64, rev uint64, kind Kind) {
+	s.x.Put(q, timingwheel.Entry{ID: id, Due: due, Value: rev, Kind: uint8(kind)})
 }
 
 func (s *slots) remove(id string) bool { return s.x.Remove(id) }
 
 func (s *slots) peek(h int) (slotEntry, bool) {
 	e, ok := s.x.Peek(h)
-	return slotOf(e), ok
+	return slotOf(e, h), ok
 }
 
 // pop removes and returns the earliest entry of queue h (it must not be empty).
 func (s *slots) pop(h int) slotEntry {
 	e, _ := s.x.Pop(h)
-	return slotOf(e)
+	return slotOf(e, h)
 }
 
 // countDue counts the entries of kind in queue h that are due at or before ms, and returns the

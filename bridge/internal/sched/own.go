@@ -65,16 +65,17 @@ func (c *Core) Own(parts []bool) (lost bool) {
 // unsure claims.
 func (c *Core) rebuild() {
 	idx := newSlots(c.cfg.PreRead)
+	idx.sameLanes(c.idx)
 	idx.advance(c.now.Ms, func(string) {}) // at the core's time: what it re-puts is read already
-	for _, h := range [...]int{heapFire, heapHouse, heapPublish} {
+	for h := range c.idx.x.Queues() {
 		for {
 			e, ok := c.idx.peek(h)
 			if !ok {
 				break
 			}
 			c.idx.pop(h)
-			if c.Owns(e.id) || h == heapPublish || h == heapFire && c.isUnsure(e.id, e.rev) {
-				idx.put(e.id, e.due, e.rev, e.kind)
+			if c.Owns(e.id) || h == heapPublish || c.idx.isFireQ(h) && c.isUnsure(e.id, e.rev) {
+				idx.putIn(h, e.id, e.due, e.rev, e.kind)
 			}
 		}
 	}

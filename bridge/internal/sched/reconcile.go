@@ -36,7 +36,7 @@ func (c *Core) Repair(cd Candidate) {
 // Overdue counts the fires due by now that have not gone out (indexed, queued, or waiting for a
 // retry after a failed store call) and returns the earliest due time among them.
 func (c *Core) Overdue() (n int, oldest int64) {
-	n, oldest = c.idx.countDue(heapFire, c.now.Ms, Fire)
+	n, oldest = c.idx.countFires(c.now.Ms)
 	for _, j := range c.fires {
 		if j.Due > c.now.Ms {
 			continue // taken ahead of its due time

@@ -65,7 +65,11 @@ func (c *Core) putBack(r Result) {
 		due = min(due, t.fl.due)
 		c.endFlight(t)
 	}
-	c.idx.put(r.ID, r.At, r.Rev, r.Kind)
+	if r.Kind == Fire {
+		c.idx.putIn(t.lane, r.ID, r.At, r.Rev, r.Kind) // back into its bizType's lane
+	} else {
+		c.idx.put(r.ID, r.At, r.Rev, r.Kind)
+	}
 	if r.Retry && r.Kind == Fire && due < r.At {
 		t.retry, t.retryDue = true, due // still overdue while it waits for its retry
 	}

@@ -21,12 +21,11 @@ func (c *Core) Take(alive, connected bool) {
 	c.PublishDue(true, connected)
 	ms := c.now.Ms
 	room := c.claimRoom()
-	for len(c.fires) < MaxQueued {
-		n, ok := c.idx.peek(heapFire)
-		if !ok || record.SubMs(n.due, c.ahead) > ms || room <= 0 {
+	for len(c.fires) < MaxQueued && room > 0 {
+		n, ok := c.idx.popDue(record.AddMs(ms, c.ahead)) // the bizTypes' lanes in turn
+		if !ok {
 			break
 		}
-		c.idx.pop(heapFire)
 		c.takeFire(n)
 		room--
 	}
@@ -46,6 +45,7 @@ func (c *Core) Take(alive, connected bool) {
 func (c *Core) takeFire(n slotEntry) {
 	j := Job{Kind: Fire, ID: n.id, Rev: n.rev, Due: n.due, Ahead: c.ahead, Taken: c.now.Mono}
 	t := c.ensure(n.id)
+	t.lane = n.q
 	if t.unsure != 0 && t.unsure == n.rev {
 		j.Unsure = true // the worker owns the read-back now
 		t.unsure = 0
@@ -144,7 +144,7 @@ func (c *Core) Wait(alive bool, limit time.Duration) time.Duration {
 	// PeekDue where only the due time matters: it copies no id.
 	if len(c.fires) < MaxQueued {
 		if c.claimRoom() > 0 {
-			if due, ok := c.idx.x.PeekDue(heapFire); ok {
+			if due, ok := c.idx.nextFire(); ok {
 				d = c.now.Until(record.SubMs(due, c.ahead), d)
 			}
 		} else {

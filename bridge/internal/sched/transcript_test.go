@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite the transcripts' expected outpu
 //	now MS                          the time, UTC Unix ms
 //	ahead MS                        the claim-ahead window
 //	own P...                        the partitions owned
-//	put ID REV STATUS due=MS [partial] [owner=R claim=TOK lease=MS]
+//	put ID REV STATUS due=MS [biz=B] [partial] [owner=R claim=TOK lease=MS]
 //	del ID REV
 //	take [fenced] [offline]         Take, then what Ready returns
 //	jobs                            every job Next hands out, each Sent
@@ -124,7 +124,7 @@ func step(t *testing.T, c *Core, line string) []string {
 		c.Own(parts)
 	case "put":
 		e := record.Entry{Revision: uint64(num(f[2])), Partial: has("partial"), Task: record.Task{ID: f[1],
-			Status: record.Status(f[3]), DueAt: num(kv["due"]), Owner: kv["owner"],
+			Status: record.Status(f[3]), DueAt: num(kv["due"]), Owner: kv["owner"], BizType: kv["biz"],
 			Claim: uint64(num(orZero(kv["claim"]))), LeaseUntil: num(orZero(kv["lease"]))}}
 		if !e.Partial {
 			e.Task.Payload = []byte("body")
