@@ -77,9 +77,7 @@ func (b *Bridge) preRead(ctx context.Context, j job) {
 	} else {
 		b.outage.ok()
 	}
-	if len(es) > 0 {
-		b.report(result{Entries: es})
-	}
+	b.report(result{Read: true, Entries: es}) // also when it read none: the core counts the reads out
 }
 
 // leaseEnded counts a RUNNING task whose lease ran out as a failed attempt.

@@ -21,6 +21,9 @@ const (
 	houseEvery = 8
 	// maxPublishTurn bounds the held fires published in one turn.
 	maxPublishTurn = 1024
+	// maxReadsOut bounds the PreRead jobs in workers' hands: a burst entering the pre-read window
+	// must not take every worker from the fires due now (another bizType's among them).
+	maxReadsOut = 4
 )
 
 // flight is a step taken from the index and not yet seen through: the revision it was taken at,
@@ -61,6 +64,7 @@ type Core struct {
 	reads            []string
 	fromHouse        bool // the job Next returned is the head of house, not of fires
 	firesInRow       int  // fires handed out since the last housekeeping job
+	readsOut         int  // PreRead jobs handed out and not yet reported (maxReadsOut)
 
 	claims    []claimOut // fires handed to workers, oldest first; some are over (budget.go)
 	claimsN   int        // those still counted against the claim budget

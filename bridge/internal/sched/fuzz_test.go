@@ -65,7 +65,7 @@ func (m *model) work(ok byte) {
 					es = append(es, e)
 				}
 			}
-			m.c.Result(Result{Entries: es})
+			m.c.Result(Result{Read: true, Entries: es})
 		case !live || m.deleted[j.ID] || cur.Revision != j.Rev:
 			// The CAS loses: the watch brings (or brought) the winner.
 		case ok%3 == 0:

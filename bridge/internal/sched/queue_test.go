@@ -32,3 +32,32 @@ func TestLeaseEndsInterleaveWithAFireBacklog(t *testing.T) {
 		t.Errorf("next job %v, want a fire", j.Kind)
 	}
 }
+
+// At most maxReadsOut pre-reads are in workers' hands at once, so that a burst entering the
+// pre-read window leaves workers to the fires due now; the next goes out once one reports.
+func TestPreReadsInHandBounded(t *testing.T) {
+	t.Parallel()
+	c := New(Config{Partitions: 1}, nil, Time{})
+	for range maxReadsOut + 2 {
+		c.house = append(c.house, Job{Kind: PreRead, IDs: []string{"r"}})
+	}
+	for range maxReadsOut {
+		j, ok := c.Next()
+		if !ok || j.Kind != PreRead {
+			t.Fatalf("job %v %v, want a pre-read", j.Kind, ok)
+		}
+		c.Sent(j)
+	}
+	if j, ok := c.Next(); ok {
+		t.Fatalf("with %d pre-reads out: handed %v, want nothing", maxReadsOut, j.Kind)
+	}
+	c.fires = []Job{{Kind: Fire, ID: "f"}}
+	if j, _ := c.Next(); j.Kind != Fire {
+		t.Fatalf("a fire behind the held pre-reads: got %v", j.Kind)
+	}
+	c.Sent(Job{Kind: Fire, ID: "f"})
+	c.Result(Result{Read: true}) // a pre-read that read nothing still reports
+	if j, ok := c.Next(); !ok || j.Kind != PreRead {
+		t.Fatalf("after a pre-read reported: %v %v, want a pre-read", j.Kind, ok)
+	}
+}

@@ -12,7 +12,10 @@ func (c *Core) Result(r Result) {
 		c.Apply(record.Event{Kind: record.EventPut, ID: r.Created.Task.ID, Revision: r.Created.Revision, Entry: *r.Created})
 	case r.Held != nil: // a claim that landed is fired even if its partition moved
 		c.hold(r.Held)
-	case r.Entries != nil: // pre-read records: keep those the index still expects at that revision
+	case r.Read || r.Entries != nil: // pre-read records: keep those the index still expects at that revision
+		if r.Read {
+			c.readsOut = max(0, c.readsOut-1)
+		}
 		for i := range r.Entries {
 			e := &r.Entries[i]
 			if cur, ok := c.idx.get(e.Task.ID); ok && cur.rev == e.Revision && cur.kind == Fire {

@@ -105,7 +105,8 @@ func (c *Core) prune() {
 // Next is the job to hand out next (fires first, a housekeeping job after every houseEvery
 // fires); false when there is none. Sent tells the core that a worker took it.
 func (c *Core) Next() (Job, bool) {
-	c.fromHouse = len(c.house) > 0 && (len(c.fires) == 0 || c.firesInRow >= houseEvery)
+	house := len(c.house) > 0 && (c.house[0].Kind != PreRead || c.readsOut < maxReadsOut)
+	c.fromHouse = house && (len(c.fires) == 0 || c.firesInRow >= houseEvery)
 	switch {
 	case c.fromHouse:
 		return c.house[0], true
@@ -122,6 +123,9 @@ func (c *Core) Sent(j Job) {
 	}
 	if j.Kind == Fire && j.Ahead > 0 {
 		c.aheadUntil = max(c.aheadUntil, j.Due)
+	}
+	if j.Kind == PreRead {
+		c.readsOut++
 	}
 	q := &c.fires
 	c.firesInRow++

@@ -61,6 +61,7 @@ type Result struct {
 	Behind  bool           // a read returned an older revision than Rev, or none: try again soon
 	Created *record.Entry  // a record intake just created: indexed as its watch event would be
 	Entries []record.Entry // pre-read records, for PreRead
+	Read    bool           // the report of a PreRead job, with the records it read (Entries; maybe none)
 	Held    *record.Entry  // a claim that landed before its task is due: published then
 }
 
