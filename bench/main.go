@@ -39,7 +39,7 @@ type options struct {
 }
 
 // scenarios in run and table order; --only also takes the aliases in scenarioAlias.
-var scenarios = []string{"intake", "spread", "burst", "pending"}
+var scenarios = []string{"intake", "spread", "burst", "isolation", "pending"}
 
 var scenarioAlias = map[string]string{
 	"writes": "burst", "drain": "burst", "lateness": "spread",
@@ -64,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.pending, "pending", 1000000, "far-future tasks pending in the memory and restart rows")
 	fs.IntVar(&o.payload, "payload-bytes", len(basePayload), "bytes of every task's body, both sides (a small JSON object, padded)")
 	fs.DurationVar(&o.lead, "lead", 0, "time from the start of publishing a burst to its due instant (default: from the intake row's rate)")
-	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), pending (heap, memory, rss, restart); default all")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), isolation, pending (heap, memory, rss, restart); default all")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary to run (default: build the module's nats-server into a temp dir)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the bridge runs in it) from the pending row's restart until its index is loaded")

@@ -18,6 +18,7 @@ type fires struct {
 	mu         sync.Mutex
 	count      map[string]int
 	late       []time.Duration // receive − announced due (Ax-Due-At, or the native schedule's @at)
+	dues       []time.Time     // the announced due time of each of late
 	lateClient []time.Duration // receive − the due time the client meant, by its own clock
 	early      int             // received before the announced due time
 	last       time.Time
@@ -32,7 +33,7 @@ func (f *fires) add(id string, now, due, meant time.Time) {
 	defer f.mu.Unlock()
 	f.count[id]++
 	if !due.IsZero() {
-		f.late = append(f.late, now.Sub(due))
+		f.late, f.dues = append(f.late, now.Sub(due)), append(f.dues, due)
 		if now.Before(due) {
 			f.early++
 		}
@@ -41,6 +42,20 @@ func (f *fires) add(id string, now, due, meant time.Time) {
 		f.lateClient = append(f.lateClient, now.Sub(meant))
 	}
 	f.last = now
+}
+
+// lateBySplit is the lateness of the fires announced due before split, and of those due from it.
+func (f *fires) lateBySplit(split time.Time) (before, from []time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, d := range f.late {
+		if f.dues[i].Before(split) {
+			before = append(before, d)
+		} else {
+			from = append(from, d)
+		}
+	}
+	return before, from
 }
 
 // distinct is how many different tasks fired.

@@ -45,6 +45,10 @@ func (r *runner) scenario(ctx context.Context, sc, side string) *result {
 		x.err = r.nativeBurst(ctx, srv, x)
 	case "bridge/burst":
 		x.err = r.bridgeBurst(ctx, srv, x)
+	case "native/isolation":
+		x.err = r.nativeIsolation(ctx, srv, x)
+	case "bridge/isolation":
+		x.err = r.bridgeIsolation(ctx, srv, x)
 	case "native/pending":
 		x.err = r.nativePending(ctx, srv, x)
 	case "bridge/pending":
