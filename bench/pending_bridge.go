@@ -8,12 +8,12 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/internal/procs"
 )
 
 // startCPUProfile starts a CPU profile into file (none if file is empty); the returned func ends it.
@@ -50,23 +50,16 @@ func (r *runner) profileFrom(ctx context.Context, srv *serverSet, at time.Time, 
 	if err != nil {
 		return nil, err
 	}
-	cpu0, wall0 := cpuTime(), time.Now()
+	cpu0, _ := procs.CPU(os.Getpid())
+	wall0 := time.Now()
 	srv0, _ := srv.CPU()
 	return func() {
 		stop()
 		srv1, _ := srv.CPU()
-		r.p.say("profile %s: %v of CPU in %v; the nats-servers took %v", file, (cpuTime() - cpu0).Truncate(time.Millisecond),
+		cpu1, _ := procs.CPU(os.Getpid())
+		r.p.say("profile %s: %v of CPU in %v; the nats-servers took %v", file, cpu1-cpu0,
 			time.Since(wall0).Truncate(time.Millisecond), srv1-srv0)
 	}, nil
-}
-
-// cpuTime is the user and system CPU time of this process so far.
-func cpuTime() time.Duration {
-	var u syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &u) != nil {
-		return 0
-	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
 // heapAlloc is the heap in use after two collections.

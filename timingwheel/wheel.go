@@ -33,10 +33,17 @@ func NewWheel(queues int, span int64) *Index {
 	x := New(queues)
 	x.span = span
 	for q := range x.queues {
-		x.queues[q].slots = make([]heap, span)
-		x.queues[q].bits = make([]uint64, (span+63)/64)
+		x.queues[q] = x.newQueue()
 	}
 	return x
+}
+
+// newQueue is an empty queue, with a wheel of x.span slots if the index has one.
+func (x *Index) newQueue() queue {
+	if x.span == 0 {
+		return queue{}
+	}
+	return queue{slots: make([]heap, x.span), bits: make([]uint64, (x.span+63)/64)}
 }
 
 // AddQueue adds an empty queue, with a wheel if the index has one, and returns its number; it
@@ -45,11 +52,7 @@ func (x *Index) AddQueue() int {
 	if len(x.queues) >= 256 {
 		panic("timingwheel: 256 queues already")
 	}
-	var qu queue
-	if x.span > 0 {
-		qu.slots, qu.bits = make([]heap, x.span), make([]uint64, (x.span+63)/64)
-	}
-	x.queues = append(x.queues, qu)
+	x.queues = append(x.queues, x.newQueue())
 	return len(x.queues) - 1
 }
 

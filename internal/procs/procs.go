@@ -279,17 +279,7 @@ func (c *Cluster) RestartAll(ctx context.Context) error {
 }
 
 // RSS is the sum of the nodes' resident set sizes in bytes.
-func (c *Cluster) RSS() (int64, error) {
-	var sum int64
-	for _, nd := range c.nodes {
-		n, err := RSS(nd.Pid())
-		if err != nil {
-			return 0, err
-		}
-		sum += n
-	}
-	return sum, nil
-}
+func (c *Cluster) RSS() (int64, error) { return sumNodes(c, RSS) }
 
 // Close stops every node (SIGKILL: the data is thrown away) and removes the directory.
 func (c *Cluster) Close() {
@@ -311,14 +301,17 @@ func RSS(pid int) (int64, error) {
 }
 
 // CPU is the sum of the nodes' user and system CPU time so far (Linux /proc; an error elsewhere).
-func (c *Cluster) CPU() (time.Duration, error) {
-	var sum time.Duration
+func (c *Cluster) CPU() (time.Duration, error) { return sumNodes(c, CPU) }
+
+// sumNodes is the sum of f over the nodes' processes.
+func sumNodes[T int64 | time.Duration](c *Cluster, f func(pid int) (T, error)) (T, error) {
+	var sum T
 	for _, nd := range c.nodes {
-		d, err := CPU(nd.Pid())
+		v, err := f(nd.Pid())
 		if err != nil {
 			return 0, err
 		}
-		sum += d
+		sum += v
 	}
 	return sum, nil
 }

@@ -12,10 +12,8 @@ func (c *Core) Result(r Result) {
 		c.Apply(record.Event{Kind: record.EventPut, ID: r.Created.Task.ID, Revision: r.Created.Revision, Entry: *r.Created})
 	case r.Held != nil: // a claim that landed is fired even if its partition moved
 		c.hold(r.Held)
-	case r.Read || r.Entries != nil: // pre-read records: keep those the index still expects at that revision
-		if r.Read {
-			c.readsOut = max(0, c.readsOut-1)
-		}
+	case r.Read: // pre-read records: keep those the index still expects at that revision
+		c.readsOut = max(0, c.readsOut-1)
 		for i := range r.Entries {
 			e := &r.Entries[i]
 			if cur, ok := c.idx.get(e.Task.ID); ok && cur.rev == e.Revision && cur.kind == Fire {
@@ -68,11 +66,11 @@ func (c *Core) putBack(r Result) {
 		due = min(due, t.fl.due)
 		c.endFlight(t)
 	}
+	q := heapOf(r.Kind)
 	if r.Kind == Fire {
-		c.idx.putIn(t.lane, r.ID, r.At, r.Rev, r.Kind) // back into its bizType's lane
-	} else {
-		c.idx.put(r.ID, r.At, r.Rev, r.Kind)
+		q = t.lane // back into its bizType's lane
 	}
+	c.idx.putIn(q, r.ID, r.At, r.Rev, r.Kind)
 	if r.Retry && r.Kind == Fire && due < r.At {
 		t.retry, t.retryDue = true, due // still overdue while it waits for its retry
 	}

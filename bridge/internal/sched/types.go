@@ -60,8 +60,8 @@ type Result struct {
 	Unsure  bool           // the claim of Rev had an unknown outcome: it may have landed
 	Behind  bool           // a read returned an older revision than Rev, or none: try again soon
 	Created *record.Entry  // a record intake just created: indexed as its watch event would be
-	Entries []record.Entry // pre-read records, for PreRead
 	Read    bool           // the report of a PreRead job, with the records it read (Entries; maybe none)
+	Entries []record.Entry // pre-read records, with Read
 	Held    *record.Entry  // a claim that landed before its task is due: published then
 }
 
