@@ -122,6 +122,7 @@ func decodeMetaAs(meta []byte, id string, rd *recordDecoder) (Task, error) {
 		LastError:   m.lastError,
 		Claim:       uint64(m.claim),
 		Fingerprint: m.src,
+		Series:      m.series,
 	}
 	return t, nil
 }
@@ -163,6 +164,7 @@ type metaFields struct {
 	status                                 Status
 	backoff                                []time.Duration
 	hdr                                    map[string][]string
+	series                                 *Series
 }
 
 // check reports the first missing or out-of-range field.
@@ -346,6 +348,8 @@ func (d *metaDecoder) field(m *metaFields, key []byte) error {
 		m.hdr, err = d.header("hdr", nil)
 	case "hdr_b64":
 		m.hdr, err = d.header("hdr_b64", decodeBase64)
+	case "series":
+		m.series, err = d.series()
 	default:
 		err = d.skip(0)
 	}
@@ -389,6 +393,8 @@ func (m *metaFields) unset(key string) {
 		m.claim = 0
 	case "src":
 		m.src = ""
+	case "series":
+		m.series = nil
 	case "hdr", "hdr_b64":
 		m.hdr = nil
 	}

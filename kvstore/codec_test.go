@@ -90,6 +90,16 @@ func TestCodecRoundTrip(t *testing.T) {
 			t.LastError = "line1\nline2\r\t\x00\x01\x1f\x7f </script> & \u2028\u2029 😀"
 			t.Header = map[string][]string{"K\"\n": {"v\\\x00"}}
 		})},
+		{"series", with(func(t *kvstore.Task) {
+			t.Series = &kvstore.Series{Cron: "0 */5 * * * *", Zone: "Europe/Berlin", Misfire: "fire-all",
+				Catchup: time.Hour, Overlap: "buffer-one", MaxRuns: 10, Until: 1767300000000,
+				Jitter: 250 * time.Millisecond, Tick: 1767225600000, Next: 1767225900000, Run: 3,
+				CatchUpTo: 1767225300000, Missed: 1, Coalesced: 2, Skipped: 3, Dead: 4, Ending: true}
+		})},
+		{"every series", with(func(t *kvstore.Task) {
+			t.Series = &kvstore.Series{Every: 1500 * time.Millisecond, Misfire: "skip", Overlap: "skip",
+				Tick: 1767225600000, Run: 1}
+		})},
 		{"large values", with(func(t *kvstore.Task) {
 			t.DueAt, t.CreatedAt, t.UpdatedAt = 1<<62, -1<<62, -1
 			t.LeaseUntil, t.FinishedAt = 9223372036854775807, -9223372036854775808
@@ -399,6 +409,13 @@ func TestCodecDecodeCorrupt(t *testing.T) {
 		{"hdr wrong shape", set("hdr", `{"K":"v"}`), kvstore.ErrCorrupt, "metadata"},
 		{"hdr list", set("hdr", `["K"]`), kvstore.ErrCorrupt, "metadata"},
 		{"lease_until string", set("lease_until", `"x"`), kvstore.ErrCorrupt, "metadata"},
+		{"series not an object", set("series", `[1]`), kvstore.ErrCorrupt, "series: want an object"},
+		{"series without a spec", set("series", `{"misfire":"skip","catchup_ms":0,"overlap":"skip","tick":1,"run":1}`), kvstore.ErrCorrupt, "one of every_ms and cron"},
+		{"series with both specs", set("series", `{"every_ms":1000,"cron":"* * * * *","misfire":"skip","catchup_ms":0,"overlap":"skip","tick":1,"run":1}`), kvstore.ErrCorrupt, "one of every_ms and cron"},
+		{"series unknown misfire", set("series", `{"every_ms":1000,"misfire":"later","catchup_ms":0,"overlap":"skip","tick":1,"run":1}`), kvstore.ErrCorrupt, `misfire policy "later"`},
+		{"series unknown overlap", set("series", `{"every_ms":1000,"misfire":"skip","catchup_ms":0,"overlap":"allow","tick":1,"run":1}`), kvstore.ErrCorrupt, `overlap policy "allow"`},
+		{"series negative run", set("series", `{"every_ms":1000,"misfire":"skip","catchup_ms":0,"overlap":"skip","tick":1,"run":-1}`), kvstore.ErrCorrupt, "out of range"},
+		{"series bad field type", set("series", `{"every_ms":"1s","misfire":"skip","catchup_ms":0,"overlap":"skip","tick":1,"run":1}`), kvstore.ErrCorrupt, "series"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,6 +34,13 @@ func MaxMessageLen(t *Task) (int, error) {
 	g.Claim = math.MaxUint64
 	g.Owner = strings.Repeat("r", MaxOwnerLen)
 	g.LastError = strings.Repeat("\x01", MaxReasonLen+len("…")) // \u0001 each
+	if t.Series != nil {
+		s := *t.Series
+		s.Tick, s.Next, s.Until, s.CatchUpTo = math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64
+		s.Run, s.Missed, s.Coalesced, s.Skipped, s.Dead = math.MaxInt, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64
+		s.Ending = true
+		g.Series = &s
+	}
 	line := len(appendTask(make([]byte, 0, encodedSizeHint(&g)+6*MaxReasonLen), &g)) - 1
 	hdr := len(HdrRecord) + len(": \r\n") + min(line, recordHeaderMax)
 	return line + 1 + len(t.Payload) + hdr + writeHeadersMax, nil

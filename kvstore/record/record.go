@@ -60,6 +60,47 @@ type Task struct {
 	// due-time headers excepted), so that a redelivered schedule message is recognised as a
 	// duplicate whatever defaults the bridge filled in. Empty in records written before it existed.
 	Fingerprint string
+	// Series is a recurring task's schedule and progress; nil for a one-shot task.
+	Series *Series
+}
+
+// The misfire and overlap policies of a series (subjects.md, "Recurring tasks").
+const (
+	MisfireFireOnce = "fire-once"
+	MisfireSkip     = "skip"
+	MisfireFireAll  = "fire-all"
+
+	OverlapSkip      = "skip"
+	OverlapBufferOne = "buffer-one"
+)
+
+// Series is what a recurring task's record holds beyond a one-shot task's: its spec and policies,
+// the tick its current occurrence is for and the one after it (written before the current one
+// fires), and the counts. A record is copied by value: a transition that changes the series
+// copies it first.
+type Series struct {
+	Every   time.Duration
+	Cron    string
+	Zone    string
+	Misfire string
+	Catchup time.Duration
+	Overlap string
+	MaxRuns int
+	Until   int64
+	Jitter  time.Duration
+
+	Tick int64 // the current occurrence's tick, UTC Unix ms
+	Next int64 // the tick after it; 0: the series ends with this occurrence
+	Run  int   // the current occurrence's number, from 1
+	// CatchUpTo: under fire-all, the last tick missed in an outage; ticks up to it fire one by one
+	// and do not count as overlapping the occurrence before them.
+	CatchUpTo int64
+	Missed    int64 // ticks not fired because no bridge could in time
+	Coalesced int64 // missed ticks fired as one (fire-once)
+	Skipped   int64 // ticks that came while an occurrence still ran
+	Dead      int64 // occurrences that went DEAD
+	// Ending: cancelled while an occurrence ran; the series ends when that occurrence settles.
+	Ending bool
 }
 
 // Entry is a task as stored, with the revision a CAS update must name.
