@@ -81,10 +81,7 @@ func Ack(t Task, claim uint64, now int64) (Task, error) {
 	if err := checkClaim("ack", t, claim); err != nil {
 		return t, err
 	}
-	t = endLease(t, now)
-	t.Status = StatusSuccess
-	t.FinishedAt = now
-	return t, nil
+	return settle(endLease(t, now), now, StatusSuccess), nil
 }
 
 // Nak fails the attempt: RUNNING under claim → WAITING with DueAt = now + delay, or DEAD
@@ -106,10 +103,8 @@ func Term(t Task, claim uint64, now int64, reason string) (Task, error) {
 		return t, err
 	}
 	t = endLease(t, now)
-	t.Status = StatusDead
-	t.FinishedAt = now
 	t.LastError = cmp.Or(reason, reasonTerm)
-	return t, nil
+	return settle(t, now, StatusDead), nil
 }
 
 // InProgress extends the lease of the attempt RUNNING under claim: LeaseUntil = now + AckWait.
@@ -162,8 +157,17 @@ func Abandon(t Task, now int64, reason string) (Task, error) {
 	return t, nil
 }
 
-// Cancel drops a task that has not started: WAITING → CANCELLED, FinishedAt = now.
+// Cancel drops a task that has not started: WAITING → CANCELLED, FinishedAt = now. A series ends
+// so too; one whose occurrence runs stays RUNNING, marked to end (CANCELLED) when that occurrence
+// settles, so that its consumer's answer still counts.
 func Cancel(t Task, now int64) (Task, error) {
+	if t.Status == StatusRunning && t.Series != nil {
+		s := *t.Series
+		s.Ending = true
+		t.Series = &s
+		t.UpdatedAt = now
+		return t, nil
+	}
 	if t.Status != StatusWaiting {
 		return t, refuse("cancel", t)
 	}
@@ -189,10 +193,22 @@ func Requeue(t Task, now, due int64) (Task, error) {
 	return t, nil
 }
 
-// Reschedule moves a WAITING task to a new due time.
+// Reschedule moves a WAITING task to a new due time. For a series it moves the next occurrence:
+// its tick becomes due, and the tick after it follows the spec from there (an every-series' grid
+// moves with it).
 func Reschedule(t Task, now, due int64) (Task, error) {
 	if t.Status != StatusWaiting {
 		return t, refuse("reschedule", t)
+	}
+	if t.Series != nil {
+		k, err := tickerOf(t.Series)
+		if err != nil {
+			return t, fmt.Errorf("%w: reschedule of task %q: %w", ErrTransition, t.ID, err)
+		}
+		t = moveTo(t, *t.Series, k, due)
+		t.DueAt = due
+		t.UpdatedAt = now
+		return t, nil
 	}
 	t.DueAt = due
 	t.UpdatedAt = now
@@ -205,9 +221,7 @@ func endAttempt(t Task, now int64, delay time.Duration, reason string) Task {
 	t = endLease(t, now)
 	t.LastError = reason
 	if t.Attempt >= t.MaxRetry+1 {
-		t.Status = StatusDead
-		t.FinishedAt = now
-		return t
+		return settle(t, now, StatusDead)
 	}
 	if delay < 0 {
 		delay = backoff(t.Backoff, t.Attempt)
