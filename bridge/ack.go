@@ -312,7 +312,7 @@ func (b *Bridge) ackApplied(op *ackOp, next *kvstore.Task, rev uint64) {
 	}
 	b.m.acks.WithLabelValues(next.BizType, ackLabel(op.body.kind, op.req.noResponders)).Inc()
 	op.respond(AckApplied)
-	if next.Status == kvstore.StatusDead {
+	if kvstore.Died(next) {
 		b.dead(next)
 	}
 }

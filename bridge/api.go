@@ -45,6 +45,7 @@ type taskView struct {
 	Header        map[string][]string `json:"header,omitempty"`
 	Payload       *string             `json:"payload,omitempty"`        // when it is UTF-8 text
 	PayloadBinary []byte              `json:"payload_base64,omitempty"` // otherwise
+	Series        *seriesView         `json:"series,omitempty"`
 }
 
 func viewOf(e kvstore.Entry) taskView {
@@ -70,6 +71,7 @@ func viewOf(e kvstore.Entry) taskView {
 	} else {
 		v.PayloadBinary = t.Payload
 	}
+	v.Series = seriesViewOf(t.Series)
 	return v
 }
 

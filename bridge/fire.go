@@ -66,6 +66,12 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 			Unsure: unsure})
 		return
 	}
+	if next, fire := kvstore.Misfire(e.Task, nowMs); !fire {
+		b.commit(ctx, j, e, &next) // no occurrence for the missed ticks: the series waits for its next
+		return
+	} else if next.Series != nil {
+		e.Task = next
+	}
 	b.claim(ctx, e, unsure, j.Taken)
 }
 
@@ -227,6 +233,10 @@ func fireHeader(t *kvstore.Task) nats.Header {
 	h[HeaderBizType] = []string{t.BizType}
 	h[HeaderAttempt] = []string{strconv.Itoa(t.Attempt)}
 	h[HeaderDueAt] = []string{time.UnixMilli(t.DueAt).UTC().Format(DueAtLayout)}
+	if s := t.Series; s != nil {
+		h[HeaderOccurrence] = []string{time.UnixMilli(s.Tick).UTC().Format(DueAtLayout)}
+		h[HeaderRun] = []string{strconv.Itoa(s.Run)}
+	}
 	return h
 }
 
@@ -235,6 +245,11 @@ func fireHeader(t *kvstore.Task) nats.Header {
 func (b *Bridge) dead(t *kvstore.Task) {
 	h := fireHeader(t)
 	delete(h, HeaderDueAt)
+	if s := t.Series; s != nil && t.Status != kvstore.StatusDead { // an occurrence died; the series goes on
+		delete(h, HeaderOccurrence)
+		h[HeaderAttempt] = []string{strconv.Itoa(s.DeadAttempt)}
+		h[HeaderRun] = []string{strconv.Itoa(s.DeadRun)}
+	}
 	h[HeaderError] = []string{t.LastError}
 	if err := b.nc.PublishMsg(&nats.Msg{Subject: b.cfg.subj.dead + t.BizType, Data: t.Payload, Header: h}); err != nil {
 		b.log.Warn("publish dead event", "task_id", t.ID, "err", err)

@@ -101,6 +101,11 @@ func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *r
 	if rej := parsePolicy(m.header, &t); rej != nil {
 		return kvstore.Task{}, rej
 	}
+	_, hasDelay := m.header[HeaderDelay]
+	_, hasAt := m.header[HeaderDeliverAt]
+	if rej := parseSeries(m.header, &t, hasDelay || hasAt, m.accepted.UnixMilli()); rej != nil {
+		return kvstore.Task{}, rej
+	}
 	if size := keepHeaders(m, &t); size > c.MaxPayload {
 		return kvstore.Task{}, reject(CodePayloadTooLarge, "payload and headers are %d bytes; the limit is %d", size, c.MaxPayload)
 	}

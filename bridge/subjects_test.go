@@ -22,6 +22,9 @@ func TestSubjectsMatchSpec(t *testing.T) {
 		HeaderAttempt, HeaderDueAt, HeaderErrorCode, HeaderError, HeaderSubject, HeaderStatus, HeaderReplica,
 		CodeBadBizType, CodeBadTaskID, CodeBadDelay, CodeBadDeliverAt, CodeDelayAndDeliverAt, CodeDueInPast,
 		APIGet, APICancel, APIRequeue,
+		HeaderEvery, HeaderCron, HeaderTimeZone, HeaderMisfire, HeaderCatchup, HeaderOverlap, HeaderMaxRuns,
+		HeaderUntil, HeaderJitter, HeaderOccurrence, HeaderRun,
+		CodeBadEvery, CodeBadCron, CodeBadTimeZone, CodeEveryAndCron, CodeBadSeriesPolicy,
 		CodeBeyondHorizon, CodeBadMaxRetry, CodeBadAckWait, CodeBadBackoff, CodePayloadTooLarge, CodeDuplicateConflict,
 	}
 	for _, n := range names {

@@ -143,7 +143,7 @@ func (b *Bridge) commit(ctx context.Context, j job, e kvstore.Entry, next *kvsto
 		return false
 	}
 	b.outage.ok()
-	if next.Status == kvstore.StatusDead {
+	if kvstore.Died(next) {
 		b.dead(next)
 	}
 	return true

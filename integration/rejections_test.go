@@ -49,6 +49,15 @@ func TestBadInputTable(t *testing.T) {
 		{"bad backoff", "ax.schedule.orders", "r15", []string{bridge.HeaderBackoff, "10s,oops"}, "x", bridge.CodeBadBackoff, "ax.rejected.orders"},
 		{"invalid task id", "ax.schedule.orders", "bad id!", nil, "x", bridge.CodeBadTaskID, "ax.rejected.orders"},
 		{"payload over the limit", "ax.schedule.orders", "r17", nil, strings.Repeat("p", 2000), bridge.CodePayloadTooLarge, "ax.rejected.orders"},
+		{"series: every too short", "ax.schedule.orders", "s1", []string{bridge.HeaderEvery, "500ms"}, "x", bridge.CodeBadEvery, "ax.rejected.orders"},
+		{"series: bad cron", "ax.schedule.orders", "s2", []string{bridge.HeaderCron, "61 * * * *"}, "x", bridge.CodeBadCron, "ax.rejected.orders"},
+		{"series: bad zone", "ax.schedule.orders", "s3", []string{bridge.HeaderCron, "@hourly", bridge.HeaderTimeZone, "Mars/Olympus"}, "x", bridge.CodeBadTimeZone, "ax.rejected.orders"},
+		{"series: every and cron", "ax.schedule.orders", "s4", []string{bridge.HeaderCron, "@hourly", bridge.HeaderEvery, "1m"}, "x", bridge.CodeEveryAndCron, "ax.rejected.orders"},
+		{"series: bad misfire", "ax.schedule.orders", "s5", []string{bridge.HeaderEvery, "1m", bridge.HeaderMisfire, "later"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
+		{"series: overlap allow", "ax.schedule.orders", "s6", []string{bridge.HeaderEvery, "1m", bridge.HeaderOverlap, "allow"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
+		{"series: policy without a spec", "ax.schedule.orders", "s7", []string{bridge.HeaderMaxRuns, "3"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
+		{"series: jitter past the interval", "ax.schedule.orders", "s8", []string{bridge.HeaderEvery, "1m", bridge.HeaderJitter, "2m"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
+		{"series: no tick before until", "ax.schedule.orders", "s9", []string{bridge.HeaderEvery, "1h", bridge.HeaderUntil, "1000"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
 		{"duplicate with different content", "ax.schedule.orders", "dup-1", []string{bridge.HeaderDelay, "1h"}, "second", bridge.CodeDuplicateConflict, "ax.rejected.orders"},
 	}
 	for _, r := range rows {

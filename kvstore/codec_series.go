@@ -11,6 +11,15 @@ import (
 // Series is a recurring task's schedule and progress (record.Series).
 type Series = record.Series
 
+// The misfire and overlap policies of a series (record's).
+const (
+	MisfireFireOnce  = record.MisfireFireOnce
+	MisfireSkip      = record.MisfireSkip
+	MisfireFireAll   = record.MisfireFireAll
+	OverlapSkip      = record.OverlapSkip
+	OverlapBufferOne = record.OverlapBufferOne
+)
+
 // seriesWire is the record's "series" field (subjects.md, "Task records"): durations and times in
 // milliseconds. Only series records have it, so encoding/json's cost is paid by them alone.
 type seriesWire struct {
@@ -31,6 +40,8 @@ type seriesWire struct {
 	Coalesced int64  `json:"coalesced,omitempty"`
 	Skipped   int64  `json:"skipped,omitempty"`
 	Dead      int64  `json:"dead,omitempty"`
+	DeadRun   int    `json:"dead_run,omitempty"`
+	DeadTry   int    `json:"dead_attempt,omitempty"`
 	Ending    bool   `json:"ending,omitempty"`
 }
 
@@ -44,7 +55,7 @@ func appendSeries(b []byte, s *Series) []byte {
 		CatchupMs: s.Catchup.Milliseconds(), Overlap: s.Overlap, MaxRuns: s.MaxRuns, Until: s.Until,
 		JitterMs: s.Jitter.Milliseconds(), Tick: s.Tick, Next: s.Next, Run: s.Run,
 		CatchUpTo: s.CatchUpTo, Missed: s.Missed, Coalesced: s.Coalesced, Skipped: s.Skipped,
-		Dead: s.Dead, Ending: s.Ending,
+		Dead: s.Dead, DeadRun: s.DeadRun, DeadTry: s.DeadAttempt, Ending: s.Ending,
 	}
 	j, err := json.Marshal(w)
 	if err != nil { // a struct of strings, numbers and a bool always marshals
@@ -76,13 +87,14 @@ func (d *metaDecoder) series() (*Series, error) {
 		Every: ms(w.EveryMs), Cron: w.Cron, Zone: w.Zone, Misfire: w.Misfire,
 		Catchup: ms(w.CatchupMs), Overlap: w.Overlap, MaxRuns: w.MaxRuns, Until: w.Until,
 		Jitter: ms(w.JitterMs), Tick: w.Tick, Next: w.Next, Run: w.Run, CatchUpTo: w.CatchUpTo,
-		Missed: w.Missed, Coalesced: w.Coalesced, Skipped: w.Skipped, Dead: w.Dead, Ending: w.Ending,
+		Missed: w.Missed, Coalesced: w.Coalesced, Skipped: w.Skipped, Dead: w.Dead, DeadRun: w.DeadRun,
+		DeadAttempt: w.DeadTry, Ending: w.Ending,
 	}, nil
 }
 
 func (w *seriesWire) check() error {
 	for _, n := range []int64{w.EveryMs, w.CatchupMs, w.JitterMs, int64(w.MaxRuns), int64(w.Run),
-		w.Missed, w.Coalesced, w.Skipped, w.Dead} {
+		w.Missed, w.Coalesced, w.Skipped, w.Dead, int64(w.DeadRun), int64(w.DeadTry)} {
 		if n < 0 || n > maxDurationMS {
 			return fmt.Errorf("a count or duration (%d) is out of range", n)
 		}

@@ -94,7 +94,7 @@ func TestCodecRoundTrip(t *testing.T) {
 			t.Series = &kvstore.Series{Cron: "0 */5 * * * *", Zone: "Europe/Berlin", Misfire: "fire-all",
 				Catchup: time.Hour, Overlap: "buffer-one", MaxRuns: 10, Until: 1767300000000,
 				Jitter: 250 * time.Millisecond, Tick: 1767225600000, Next: 1767225900000, Run: 3,
-				CatchUpTo: 1767225300000, Missed: 1, Coalesced: 2, Skipped: 3, Dead: 4, Ending: true}
+				CatchUpTo: 1767225300000, Missed: 1, Coalesced: 2, Skipped: 3, Dead: 4, DeadRun: 2, DeadAttempt: 3, Ending: true}
 		})},
 		{"every series", with(func(t *kvstore.Task) {
 			t.Series = &kvstore.Series{Every: 1500 * time.Millisecond, Misfire: "skip", Overlap: "skip",

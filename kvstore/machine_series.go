@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"fmt"
 	"hash/fnv"
 	"strconv"
 	"time"
@@ -150,6 +151,7 @@ func advance(t Task, now int64, outcome Status) Task {
 	s := *t.Series
 	if outcome == StatusDead {
 		s.Dead++
+		s.DeadRun, s.DeadAttempt = s.Run, t.Attempt
 	}
 	if s.Ending {
 		return finish(t, s, now, StatusCancelled)
@@ -217,6 +219,7 @@ func Misfire(t Task, now int64) (Task, bool) {
 		c.Missed += within
 	}
 	t.UpdatedAt = now
+	c.DeadRun, c.DeadAttempt = 0, 0 // this write is no death (Died)
 	if tk := k.atOrAfter(last, now+1); tk != 0 {
 		return moveTo(t, c, k, tk), false
 	}
@@ -234,4 +237,31 @@ func lateAllowed(s *Series) int64 {
 		grace = min(grace, s.Next-s.Tick)
 	}
 	return grace
+}
+
+// Died reports whether t is the record of a transition that ended an attempt DEAD: a one-shot
+// task's (or a series' last occurrence's) DEAD record, or the WAITING record a series went on to
+// after an occurrence went DEAD (its dead event is due then: Series.DeadRun, DeadAttempt).
+func Died(t *Task) bool {
+	if t.Status == StatusDead {
+		return true
+	}
+	s := t.Series
+	return s != nil && t.Status == StatusWaiting && t.Attempt == 0 && s.DeadRun != 0 && s.DeadRun == s.Run-1
+}
+
+// StartSeries makes t, a new WAITING task whose Series holds its spec, its policies and its first
+// tick (Series.Tick), wait for that tick: run 1, the tick after it, and DueAt the tick plus its
+// jitter. It refuses a spec that does not parse.
+func StartSeries(t Task) (Task, error) {
+	if t.Series == nil {
+		return t, fmt.Errorf("%w: start series of task %q: not a series", ErrTransition, t.ID)
+	}
+	k, err := tickerOf(t.Series)
+	if err != nil {
+		return t, fmt.Errorf("%w: start series of task %q: %w", ErrTransition, t.ID, err)
+	}
+	s := *t.Series
+	s.Run = 1
+	return moveTo(t, s, k, s.Tick), nil
 }

@@ -74,6 +74,15 @@ func TestSeriesOccurrencesTakeTurns(t *testing.T) {
 	// Its last attempt goes DEAD: counted, and the series goes on (the ticks that came during it are skipped).
 	task, _ = kvstore.Term(run, tok, sT0+3*sec+500, "boom")
 	wantSeries(t, task, kvstore.StatusWaiting, 4*sec, 3, [4]int64{0, 0, 2, 1})
+	if !kvstore.Died(&task) || task.Series.DeadRun != 2 || task.Series.DeadAttempt != 2 || task.LastError != "boom" {
+		t.Fatalf("dead occurrence: died %v run %d attempt %d error %q", kvstore.Died(&task),
+			task.Series.DeadRun, task.Series.DeadAttempt, task.LastError)
+	}
+	// The next occurrence's success is not a death.
+	run, tok = occurrence(t, task, sT0+4*sec, 8)
+	if task, _ = kvstore.Ack(run, tok, sT0+4*sec+5); kvstore.Died(&task) {
+		t.Fatal("a success after a dead occurrence counts as a death")
+	}
 }
 
 func TestSeriesOverlap(t *testing.T) {

@@ -38,7 +38,7 @@ func MaxMessageLen(t *Task) (int, error) {
 		s := *t.Series
 		s.Tick, s.Next, s.Until, s.CatchUpTo = math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64
 		s.Run, s.Missed, s.Coalesced, s.Skipped, s.Dead = math.MaxInt, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64
-		s.Ending = true
+		s.DeadRun, s.DeadAttempt, s.Ending = math.MaxInt, math.MaxInt, true
 		g.Series = &s
 	}
 	line := len(appendTask(make([]byte, 0, encodedSizeHint(&g)+6*MaxReasonLen), &g)) - 1

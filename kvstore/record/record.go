@@ -99,6 +99,8 @@ type Series struct {
 	Coalesced int64 // missed ticks fired as one (fire-once)
 	Skipped   int64 // ticks that came while an occurrence still ran
 	Dead      int64 // occurrences that went DEAD
+	// DeadRun and DeadAttempt: the run and the last attempt of the latest occurrence that went DEAD.
+	DeadRun, DeadAttempt int
 	// Ending: cancelled while an occurrence ran; the series ends when that occurrence settles.
 	Ending bool
 }

@@ -1,0 +1,55 @@
+package bridge
+
+import (
+	"cmp"
+	"time"
+
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// seriesView is a series as the task API shows it (subjects.md, "Recurring tasks").
+type seriesView struct {
+	Every     string `json:"every,omitempty"`
+	Cron      string `json:"cron,omitempty"`
+	Zone      string `json:"time_zone,omitempty"`
+	Misfire   string `json:"misfire"`
+	Catchup   string `json:"catchup_window"`
+	Overlap   string `json:"overlap"`
+	MaxRuns   int    `json:"max_runs,omitempty"`
+	Until     string `json:"until,omitempty"`
+	Jitter    string `json:"jitter,omitempty"`
+	Tick      string `json:"tick"`
+	NextTick  string `json:"next_tick,omitempty"`
+	Run       int    `json:"run"`
+	Missed    int64  `json:"missed"`
+	Coalesced int64  `json:"coalesced"`
+	Skipped   int64  `json:"skipped"`
+	Dead      int64  `json:"dead"`
+	Ending    bool   `json:"ending,omitempty"`
+}
+
+func seriesViewOf(s *kvstore.Series) *seriesView {
+	if s == nil {
+		return nil
+	}
+	ts := func(ms int64) string {
+		if ms == 0 {
+			return ""
+		}
+		return time.UnixMilli(ms).UTC().Format(DueAtLayout)
+	}
+	v := &seriesView{
+		Cron: s.Cron, Misfire: s.Misfire, Catchup: s.Catchup.String(), Overlap: s.Overlap,
+		MaxRuns: s.MaxRuns, Until: ts(s.Until), Tick: ts(s.Tick), NextTick: ts(s.Next), Run: s.Run,
+		Missed: s.Missed, Coalesced: s.Coalesced, Skipped: s.Skipped, Dead: s.Dead, Ending: s.Ending,
+	}
+	if s.Every > 0 {
+		v.Every = s.Every.String()
+	} else {
+		v.Zone = cmp.Or(s.Zone, "UTC")
+	}
+	if s.Jitter > 0 {
+		v.Jitter = s.Jitter.String()
+	}
+	return v
+}
