@@ -1,0 +1,78 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/kvstore"
+)
+
+// The only bridge, a real process, is killed with SIGKILL for 5 s while two Ax-Every: 1s series
+// wait for their next tick, then started again: under fire-once the ticks missed meanwhile fire as
+// one occurrence (for the latest of them, counted as coalesced), under skip none of them fires
+// (counted as missed); both series go on, one tick a second, and no tick fires twice.
+func TestSeriesMisfireAfterKill9(t *testing.T) {
+	t.Parallel()
+	bin := buildBridge(t)
+	e := newEnv(t)
+	once := e.consumeSeries("ax.fire.once", nil)
+	skip := e.consumeSeries("ax.fire.skip", nil)
+	dir := t.TempDir()
+	p := startProcess(t, bin, e.srv.ClientURL(), dir)
+	e.schedule("once", "", bridge.HeaderTaskID, "mis-once", bridge.HeaderEvery, "1s", bridge.HeaderDelay, "500ms")
+	e.schedule("skip", "", bridge.HeaderTaskID, "mis-skip", bridge.HeaderEvery, "1s", bridge.HeaderDelay, "500ms",
+		bridge.HeaderMisfire, "skip")
+	if !checkFor(10*time.Second, func() bool { return once.count() >= 2 && skip.count() >= 2 }) {
+		t.Fatal("the series did not fire before the kill")
+	}
+	// Kill while both wait for a tick: their last occurrences settled, their next ticks not claimed.
+	if !checkFor(5*time.Second, func() bool {
+		a := e.waitStatus("mis-once", kvstore.StatusWaiting, time.Second)
+		b := e.waitStatus("mis-skip", kvstore.StatusWaiting, time.Second)
+		return a.Task.Series.Run == once.count()+1 && b.Task.Series.Run == skip.count()+1
+	}) {
+		t.Fatal("the series never both waited")
+	}
+	p.kill9(t)
+	killed := time.Now()
+	firedOnce, firedSkip := once.count(), skip.count()
+	<-time.After(5 * time.Second) // the outage
+	restarted := time.Now()
+	p2 := startProcess(t, bin, e.srv.ClientURL(), dir)
+	defer p2.stop(t)
+	if !checkFor(15*time.Second, func() bool { return once.count() >= firedOnce+3 && skip.count() >= firedSkip+3 }) {
+		t.Fatalf("the series did not go on: %d and %d fires after the restart", once.count()-firedOnce, skip.count()-firedSkip)
+	}
+	for name, l := range map[string]*seriesLog{"fire-once": once, "skip": skip} {
+		fires := l.snapshot()
+		seen := map[time.Time]bool{}
+		for i, f := range fires {
+			if seen[f.tick] {
+				t.Errorf("%s: tick %s fired twice", name, f.tick)
+			}
+			seen[f.tick] = true
+			if f.run != i+1 || f.at.Before(f.due) {
+				t.Errorf("%s: fire %d is run %d, received %v before its due time", name, i, f.run, f.due.Sub(f.at))
+			}
+		}
+		var during int // fires for ticks of the outage, after the kill
+		for _, f := range fires {
+			if f.tick.After(killed) && f.tick.Before(restarted) {
+				during++
+			}
+		}
+		t.Logf("%s: %d fires, %d for ticks of the outage", name, len(fires), during)
+		if want := map[string]int{"fire-once": 1, "skip": 0}[name]; during != want {
+			t.Errorf("%s: %d fires for ticks of the 5 s outage, want %d", name, during, want)
+		}
+	}
+	g := e.getSeries("mis-once")
+	if g.Series.Coalesced < 3 || g.Series.Missed != 0 {
+		t.Errorf("fire-once: coalesced %d missed %d, want at least 3 coalesced and none missed", g.Series.Coalesced, g.Series.Missed)
+	}
+	g = e.getSeries("mis-skip")
+	if g.Series.Missed < 4 || g.Series.Coalesced != 0 {
+		t.Errorf("skip: missed %d coalesced %d, want at least 4 missed", g.Series.Missed, g.Series.Coalesced)
+	}
+}
