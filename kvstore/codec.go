@@ -44,11 +44,11 @@ import (
 //	src          string    fingerprint of the schedule message, omitted when ""
 //	hdr          {string:[string]}  the caller's headers, when every key and value is valid UTF-8;
 //	                                omitted when empty; keys sorted, values in their order
-//	series       {...}     a recurring task's spec and progress (codec_series.go), omitted for a
-//	                       one-shot task
 //	hdr_b64      {string:[string]}  the caller's headers, when any key or value is not valid UTF-8:
 //	                                the same shape with every key and value in standard base64
 //	                                (padded); at most one of hdr and hdr_b64 is written
+//	series       {...}     a recurring task's spec and progress (codec_series.go), omitted for a
+//	                       one-shot task
 //
 // Header keys and values come back byte for byte, whatever the bytes: the readable hdr when it can
 // say them exactly, hdr_b64 otherwise. Empty values and repeated values keep their order; a key
@@ -240,8 +240,8 @@ func appendTask(b []byte, t *Task) []byte {
 		b = append(b, `,"src":`...)
 		b = appendString(b, t.Fingerprint)
 	}
-	b = appendSeries(b, t.Series)
 	b = appendHeader(b, t.Header)
+	b = appendSeries(b, t.Series)
 	b = append(b, "}\n"...)
 	return append(b, t.Payload...)
 }
