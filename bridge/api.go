@@ -81,7 +81,7 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 		Name:        b.cfg.subj.service,
 		QueueGroup:  b.cfg.subj.service,
 		Version:     apiVersion,
-		Description: "ax bridge task API: get, cancel and requeue delayed tasks; the request body is the task id",
+		Description: "ax bridge task API: get, cancel, requeue and reschedule delayed tasks; the request body is the task id (reschedule: JSON)",
 		Metadata:    map[string]string{"replica": b.cfg.ReplicaID},
 	})
 	if err != nil {
@@ -109,6 +109,10 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 			_ = svc.Stop()
 			return nil, err
 		}
+	}
+	if err := g.AddEndpoint("reschedule", micro.HandlerFunc(func(r micro.Request) { b.apiReschedule(ctx, r) })); err != nil {
+		_ = svc.Stop()
+		return nil, err
 	}
 	return svc, nil
 }

@@ -21,7 +21,7 @@ func TestSubjectsMatchSpec(t *testing.T) {
 		HeaderTaskID, HeaderDelay, HeaderDeliverAt, HeaderMaxRetry, HeaderAckWait, HeaderBackoff, HeaderBizType,
 		HeaderAttempt, HeaderDueAt, HeaderErrorCode, HeaderError, HeaderSubject, HeaderStatus, HeaderReplica,
 		CodeBadBizType, CodeBadTaskID, CodeBadDelay, CodeBadDeliverAt, CodeDelayAndDeliverAt, CodeDueInPast,
-		APIGet, APICancel, APIRequeue,
+		APIGet, APICancel, APIRequeue, APIReschedule,
 		HeaderEvery, HeaderCron, HeaderTimeZone, HeaderMisfire, HeaderCatchup, HeaderOverlap, HeaderMaxRuns,
 		HeaderUntil, HeaderJitter, HeaderOccurrence, HeaderRun,
 		CodeBadEvery, CodeBadCron, CodeBadTimeZone, CodeEveryAndCron, CodeBadSeriesPolicy,

@@ -236,3 +236,53 @@ func mustZone(t *testing.T, name string) *time.Location {
 	}
 	return l
 }
+
+// ax.api.task.reschedule moves a waiting task (it fires at the new time, not the old) and a
+// series' next tick (the grid follows it); bad bodies are 400, a finished task 409.
+func TestReschedule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startBridge(bridge.Config{})
+	fires := e.consume("ax.fire.move", func(m *nats.Msg) { _ = m.Ack() })
+	req := func(body string) (*nats.Msg, string) {
+		m, err := e.nc.Request(bridge.APIReschedule, []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("reschedule %s: %v", body, err)
+		}
+		return m, m.Header.Get("Nats-Service-Error-Code")
+	}
+	e.schedule("move", "", bridge.HeaderTaskID, "move-1", bridge.HeaderDelay, "1h")
+	e.waitStatus("move-1", kvstore.StatusWaiting, 5*time.Second)
+	asked := time.Now()
+	if _, code := req(`{"id":"move-1","delay":"300ms"}`); code != "" {
+		t.Fatalf("reschedule: code %s", code)
+	}
+	f := fires.next(t, 5*time.Second)
+	if due := dueAt(t, f.msg); due.Before(asked.Add(300*time.Millisecond-time.Millisecond)) || f.at.Before(due) {
+		t.Errorf("fired at %s for due %s, asked at %s", f.at, due, asked)
+	}
+	e.waitStatus("move-1", kvstore.StatusSuccess, 5*time.Second)
+	if _, code := req(`{"id":"move-1","delay":"1s"}`); code != "409" {
+		t.Errorf("reschedule a finished task: code %q, want 409", code)
+	}
+	for _, bad := range []string{`move-1`, `{"id":"move-1"}`, `{"id":"move-1","delay":"1s","due_at":"0"}`,
+		`{"id":"bad id","delay":"1s"}`, `{"id":"move-1","delay":"-1s"}`, `{"id":"move-1","due_at":"soon"}`} {
+		if _, code := req(bad); code != "400" {
+			t.Errorf("reschedule %s: code %q, want 400", bad, code)
+		}
+	}
+	if _, code := req(`{"id":"move-none","delay":"1s"}`); code != "404" {
+		t.Errorf("reschedule a missing task: code %q, want 404", code)
+	}
+	// A series' next tick, and the ticks after it, move.
+	e.schedule("move", "", bridge.HeaderTaskID, "move-series", bridge.HeaderEvery, "1h")
+	e.waitStatus("move-series", kvstore.StatusWaiting, 5*time.Second)
+	at := time.Now().Add(2 * time.Hour).Truncate(time.Second)
+	if _, code := req(`{"id":"move-series","due_at":"` + at.UTC().Format(time.RFC3339) + `"}`); code != "" {
+		t.Fatalf("reschedule the series: code %s", code)
+	}
+	got := e.waitStatus("move-series", kvstore.StatusWaiting, time.Second)
+	if s := got.Task.Series; s.Tick != at.UnixMilli() || s.Next != at.Add(time.Hour).UnixMilli() || got.Task.DueAt != at.UnixMilli() {
+		t.Errorf("series after reschedule: tick %d next %d due %d, want %d", s.Tick, s.Next, got.Task.DueAt, at.UnixMilli())
+	}
+}
