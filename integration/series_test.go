@@ -100,6 +100,20 @@ func TestSeriesEveryFiresEachTick(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.startBridge(bridge.Config{})
+	testSeriesEvery(t, e)
+}
+
+// The same with three replicas on one bucket: still one fire per tick.
+func TestSeriesThreeReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, id := range []string{"r1", "r2", "r3"} {
+		e.startBridge(bridge.Config{ReplicaID: id})
+	}
+	testSeriesEvery(t, e)
+}
+
+func testSeriesEvery(t *testing.T, e *env) {
 	log := e.consumeSeries("ax.fire.ticks", nil)
 	e.schedule("ticks", "tick", bridge.HeaderTaskID, "every-1s", bridge.HeaderEvery, "1s",
 		bridge.HeaderDelay, "1s", bridge.HeaderMaxRuns, "8")
