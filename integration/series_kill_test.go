@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -27,11 +28,13 @@ func TestSeriesMisfireAfterKill9(t *testing.T) {
 		t.Fatal("the series did not fire before the kill")
 	}
 	// Kill while both wait for a tick: their last occurrences settled, their next ticks not claimed.
-	if !checkFor(5*time.Second, func() bool {
-		a := e.waitStatus("mis-once", kvstore.StatusWaiting, time.Second)
-		b := e.waitStatus("mis-skip", kvstore.StatusWaiting, time.Second)
-		return a.Task.Series.Run == once.count()+1 && b.Task.Series.Run == skip.count()+1
-	}) {
+	// Far enough (300 ms) from the next claim that the kill cannot land in it.
+	waits := func(id string, l *seriesLog) bool {
+		r, err := e.store.Get(context.Background(), id)
+		return err == nil && r.Task.Status == kvstore.StatusWaiting && r.Task.Series.Run == l.count()+1 &&
+			time.Until(time.UnixMilli(r.Task.DueAt)) > 300*time.Millisecond
+	}
+	if !checkFor(10*time.Second, func() bool { return waits("mis-once", once) && waits("mis-skip", skip) }) {
 		t.Fatal("the series never both waited")
 	}
 	p.kill9(t)

@@ -86,6 +86,9 @@ func (e *env) getSeries(id string) seriesGet {
 	if err != nil {
 		e.t.Fatalf("get %s: %v", id, err)
 	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		e.t.Fatalf("get %s: %s %s", id, code, m.Header.Get("Nats-Service-Error"))
+	}
 	var g seriesGet
 	if err := json.Unmarshal(m.Data, &g); err != nil {
 		e.t.Fatalf("get %s: %v in %q", id, err, m.Data)
@@ -117,6 +120,7 @@ func testSeriesEvery(t *testing.T, e *env) {
 	log := e.consumeSeries("ax.fire.ticks", nil)
 	e.schedule("ticks", "tick", bridge.HeaderTaskID, "every-1s", bridge.HeaderEvery, "1s",
 		bridge.HeaderDelay, "1s", bridge.HeaderMaxRuns, "8")
+	e.waitStatus("every-1s", kvstore.StatusWaiting, 5*time.Second)
 	g := e.getSeries("every-1s")
 	if g.Status != "WAITING" || g.Series.Every != "1s" || g.Series.Run != 1 || g.Series.NextTick == "" ||
 		g.Series.Misfire != "fire-once" || g.Series.Overlap != "skip" {
