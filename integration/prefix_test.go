@@ -125,7 +125,7 @@ func TestTwoPrefixesShareAnAccount(t *testing.T) {
 				Subject string `json:"subject"`
 			} `json:"endpoints"`
 		}
-		if err := json.Unmarshal(m.Data, &info); err != nil || len(info.Endpoints) != 3 {
+		if err := json.Unmarshal(m.Data, &info); err != nil || len(info.Endpoints) != 4 {
 			t.Fatalf("service %s info %s (err %v)", svc, m.Data, err)
 		}
 		for _, ep := range info.Endpoints {
