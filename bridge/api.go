@@ -48,18 +48,20 @@ type taskView struct {
 	Series        *seriesView         `json:"series,omitempty"`
 }
 
+// apiTime is a record's time as the API shows it: the format of Ax-Due-At, "" for 0.
+func apiTime(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(DueAtLayout)
+}
+
 func viewOf(e kvstore.Entry) taskView {
 	t := &e.Task
-	ts := func(ms int64) string {
-		if ms == 0 {
-			return ""
-		}
-		return time.UnixMilli(ms).UTC().Format(DueAtLayout)
-	}
 	v := taskView{
-		ID: t.ID, BizType: t.BizType, Status: t.Status, Revision: e.Revision, DueAt: ts(t.DueAt),
-		Attempt: t.Attempt, MaxRetry: t.MaxRetry, AckWait: t.AckWait.String(), LeaseUntil: ts(t.LeaseUntil),
-		Owner: t.Owner, CreatedAt: ts(t.CreatedAt), UpdatedAt: ts(t.UpdatedAt), FinishedAt: ts(t.FinishedAt),
+		ID: t.ID, BizType: t.BizType, Status: t.Status, Revision: e.Revision, DueAt: apiTime(t.DueAt),
+		Attempt: t.Attempt, MaxRetry: t.MaxRetry, AckWait: t.AckWait.String(), LeaseUntil: apiTime(t.LeaseUntil),
+		Owner: t.Owner, CreatedAt: apiTime(t.CreatedAt), UpdatedAt: apiTime(t.UpdatedAt), FinishedAt: apiTime(t.FinishedAt),
 		LastError: t.LastError, Header: t.Header, Backoff: make([]string, len(t.Backoff)),
 	}
 	for i, d := range t.Backoff {

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"cmp"
-	"time"
 
 	"github.com/axbridge/axbridge/kvstore"
 )
@@ -32,15 +31,9 @@ func seriesViewOf(s *kvstore.Series) *seriesView {
 	if s == nil {
 		return nil
 	}
-	ts := func(ms int64) string {
-		if ms == 0 {
-			return ""
-		}
-		return time.UnixMilli(ms).UTC().Format(DueAtLayout)
-	}
 	v := &seriesView{
 		Cron: s.Cron, Misfire: s.Misfire, Catchup: s.Catchup.String(), Overlap: s.Overlap,
-		MaxRuns: s.MaxRuns, Until: ts(s.Until), Tick: ts(s.Tick), NextTick: ts(s.Next), Run: s.Run,
+		MaxRuns: s.MaxRuns, Until: apiTime(s.Until), Tick: apiTime(s.Tick), NextTick: apiTime(s.Next), Run: s.Run,
 		Missed: s.Missed, Coalesced: s.Coalesced, Skipped: s.Skipped, Dead: s.Dead, Ending: s.Ending,
 	}
 	if s.Every > 0 {

@@ -66,12 +66,12 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 			Unsure: unsure})
 		return
 	}
-	if next, fire := kvstore.Misfire(e.Task, nowMs); !fire {
+	next, fire := kvstore.Misfire(e.Task, nowMs) // a one-shot task comes back as it is
+	if !fire {
 		b.commit(ctx, j, e, &next) // no occurrence for the missed ticks: the series waits for its next
 		return
-	} else if next.Series != nil {
-		e.Task = next
 	}
+	e.Task = next
 	b.claim(ctx, e, unsure, j.Taken)
 }
 
