@@ -25,6 +25,7 @@ func (c *Core) hold(e *record.Entry) {
 		return
 	}
 	c.endFlight(t)
+	c.track(e)
 	t.retry, t.retryDue = false, 0
 	c.dropNear(t)
 	c.setHeld(t, e)

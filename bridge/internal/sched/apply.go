@@ -41,6 +41,7 @@ func (c *Core) put(e record.Entry) {
 		// watch started again): nothing new, and the payload held near stays.
 		return
 	}
+	c.track(&e)
 	t := c.tasks[id]
 	if t == nil {
 		t = &task{}

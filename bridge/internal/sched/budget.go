@@ -111,6 +111,9 @@ func (c *Core) ageClaims() {
 func (c *Core) setFlight(t *task, id string, fl flight) {
 	c.endFlight(t)
 	t.fl, t.flying = fl, true
+	if fl.fire {
+		c.lim.pend[t.lane]++
+	}
 	if fl.claim {
 		c.claimsN++
 		c.claims = append(c.claims, claimOut{id: id, rev: fl.rev, at: fl.at})
@@ -121,6 +124,11 @@ func (c *Core) setFlight(t *task, id string, fl flight) {
 func (c *Core) endFlight(t *task) {
 	if t.flying && t.fl.claim {
 		c.claimsN--
+	}
+	if t.flying && t.fl.fire {
+		if c.lim.pend[t.lane]--; c.lim.pend[t.lane] == 0 {
+			delete(c.lim.pend, t.lane)
+		}
 	}
 	t.fl, t.flying = flight{}, false
 }

@@ -33,6 +33,7 @@ type flight struct {
 	rev    uint64
 	queued bool
 	claim  bool // a fire in a worker's hands, counted against the claim budget (budget.go)
+	fire   bool // a fire: counted in flight for its lane's limits (limits.go) until it ends
 	at     time.Time
 	due    int64
 }
@@ -74,6 +75,7 @@ type Core struct {
 	ahead      time.Duration // the claim-ahead window (SetAhead)
 	aheadUntil int64         // UTC Unix ms: the latest due time of a fire handed out ahead of it
 	owned      []bool        // by partition: the partitions this core indexes
+	lim        limits        // per-bizType limits and what they count (limits.go)
 	lastPrune  time.Time
 	ready      Ready
 }
@@ -82,7 +84,7 @@ type Core struct {
 func New(cfg Config, owned []int, now Time) *Core {
 	cfg.MaxClaims = cmp.Or(cfg.MaxClaims, DefaultMaxClaims)
 	c := &Core{cfg: cfg, now: now, idx: newSlots(cfg.PreRead), tasks: make(map[string]*task),
-		owned: make([]bool, cfg.Partitions), lastPrune: now.Mono, connected: true}
+		owned: make([]bool, cfg.Partitions), lastPrune: now.Mono, connected: true, lim: newLimits()}
 	for _, p := range owned {
 		c.owned[p] = true
 	}

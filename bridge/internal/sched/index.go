@@ -21,6 +21,7 @@ type slots struct {
 	spanMs int64
 	lanes  map[string]int // bizType → its fire queue
 	fireQs []int          // the fire queues: heapFire (no bizType known) first, then by arrival
+	shared map[string]bool // bizTypes past maxLanes, whose lane others share
 	rr     int            // popDue's next position in fireQs
 }
 
@@ -62,7 +63,7 @@ const maxSpan = time.Minute
 func newSlots(window time.Duration) *slots {
 	span := (min(window, maxSpan) + time.Millisecond - 1) / time.Millisecond
 	n := max(int64(span), 0) + 1
-	return &slots{x: timingwheel.NewWheel(3, n), spanMs: n, lanes: map[string]int{}, fireQs: []int{heapFire}}
+	return &slots{x: timingwheel.NewWheel(3, n), spanMs: n, lanes: map[string]int{}, fireQs: []int{heapFire}, shared: map[string]bool{}}
 }
 
 // laneOf is bizType's fire queue, added on first sight.
@@ -79,7 +80,21 @@ func (s *slots) laneOf(bizType string) int {
 		s.fireQs = append(s.fireQs, q)
 	} else {
 		q = s.fireQs[1+int(maphash.String(laneSeed, bizType)%uint64(len(s.fireQs)-1))]
+		s.shared[bizType] = true
 	}
+	s.lanes[bizType] = q
+	return q
+}
+
+// dedicate is bizType's fire queue, one of its own even past maxLanes: a bizType with limits
+// has one. Its fires already indexed in a shared lane stay there.
+func (s *slots) dedicate(bizType string) int {
+	if q, ok := s.lanes[bizType]; ok && !s.shared[bizType] {
+		return q
+	}
+	delete(s.shared, bizType)
+	q := s.x.AddQueue()
+	s.fireQs = append(s.fireQs, q)
 	s.lanes[bizType] = q
 	return q
 }
@@ -91,19 +106,20 @@ func (s *slots) sameLanes(old *slots) {
 	for s.x.Queues() < old.x.Queues() {
 		s.x.AddQueue()
 	}
-	s.lanes, s.fireQs = old.lanes, old.fireQs
+	s.lanes, s.fireQs, s.shared = old.lanes, old.fireQs, old.shared
 }
 
 // isFireQ reports whether queue q holds fires.
 func (s *slots) isFireQ(q int) bool { return q != heapHouse && q != heapPublish }
 
-// popDue pops a fire due by ms, from the lanes in turn; false if none is due.
-func (s *slots) popDue(ms int64) (slotEntry, bool) {
+// popDue pops a fire due by ms, from the lanes open says may give one, in turn; false if none
+// is due.
+func (s *slots) popDue(ms int64, open func(q int) bool) (slotEntry, bool) {
 	n := len(s.fireQs)
 	for k := range n {
 		i := (s.rr + k) % n
 		q := s.fireQs[i]
-		if due, ok := s.x.PeekDue(q); ok && due <= ms {
+		if due, ok := s.x.PeekDue(q); ok && due <= ms && open(q) {
 			s.rr = (i + 1) % n
 			return s.pop(q), true
 		}
@@ -111,10 +127,15 @@ func (s *slots) popDue(ms int64) (slotEntry, bool) {
 	return slotEntry{}, false
 }
 
-// nextFire is the earliest due time of any fire; false if there is none.
-func (s *slots) nextFire() (earliest int64, ok bool) {
+// nextFire is the earliest time any fire can be taken, by opensAt (a lane's limits may put it
+// after the fire's due time, or off); false if there is none.
+func (s *slots) nextFire(opensAt func(q int, due int64) (int64, bool)) (earliest int64, ok bool) {
 	for _, q := range s.fireQs {
-		if due, has := s.x.PeekDue(q); has && (!ok || due < earliest) {
+		due, has := s.x.PeekDue(q)
+		if has {
+			due, has = opensAt(q, due)
+		}
+		if has && (!ok || due < earliest) {
 			earliest, ok = due, true
 		}
 	}

@@ -39,6 +39,7 @@ func (c *Core) Own(parts []bool) (lost bool) {
 		return false
 	}
 	c.rebuild()
+	c.trackLost()
 	for id, t := range c.tasks {
 		if c.Owns(id) {
 			continue

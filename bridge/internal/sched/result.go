@@ -79,6 +79,7 @@ func (c *Core) putBack(r Result) {
 // forget drops everything the core holds of task id.
 func (c *Core) forget(id string) {
 	c.idx.remove(id)
+	c.untrack(id)
 	if t := c.tasks[id]; t != nil {
 		c.endFlight(t)
 		c.dropNear(t)

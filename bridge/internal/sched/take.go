@@ -21,11 +21,13 @@ func (c *Core) Take(alive, connected bool) {
 	c.PublishDue(true, connected)
 	ms := c.now.Ms
 	room := c.claimRoom()
+	c.expireAway()
 	for len(c.fires) < MaxQueued && room > 0 {
-		n, ok := c.idx.popDue(record.AddMs(ms, c.ahead)) // the bizTypes' lanes in turn
+		n, ok := c.idx.popDue(record.AddMs(ms, c.ahead), c.open) // the bizTypes' lanes in turn
 		if !ok {
 			break
 		}
+		c.spend(n.q)
 		c.takeFire(n)
 		room--
 	}
@@ -45,6 +47,7 @@ func (c *Core) Take(alive, connected bool) {
 func (c *Core) takeFire(n slotEntry) {
 	j := Job{Kind: Fire, ID: n.id, Rev: n.rev, Due: n.due, Ahead: c.ahead, Taken: c.now.Mono}
 	t := c.ensure(n.id)
+	c.endFlight(t) // counted in its old lane
 	t.lane = n.q
 	if t.unsure != 0 && t.unsure == n.rev {
 		j.Unsure = true // the worker owns the read-back now
@@ -61,7 +64,7 @@ func (c *Core) takeFire(n slotEntry) {
 		}
 	}
 	c.fires = append(c.fires, j)
-	c.setFlight(t, n.id, flight{rev: n.rev, queued: true, due: j.Due})
+	c.setFlight(t, n.id, flight{rev: n.rev, queued: true, due: j.Due, fire: true})
 }
 
 // preRead queues id for the next batched pre-read, if the pre-read bounds leave room.
@@ -119,7 +122,8 @@ func (c *Core) Next() (Job, bool) {
 // Sent drops the job j, which Next returned, from its queue: the step is now in a worker's hands.
 func (c *Core) Sent(j Job) {
 	if t := c.tasks[j.ID]; t != nil && j.Kind != PreRead && t.flying && t.fl.rev == j.Rev {
-		c.setFlight(t, j.ID, flight{rev: j.Rev, at: c.now.Mono, due: t.fl.due, claim: j.Kind == Fire && c.Owns(j.ID)})
+		c.setFlight(t, j.ID, flight{rev: j.Rev, at: c.now.Mono, due: t.fl.due,
+			claim: j.Kind == Fire && c.Owns(j.ID), fire: t.fl.fire})
 	}
 	if j.Kind == Fire && j.Ahead > 0 {
 		c.aheadUntil = max(c.aheadUntil, j.Due)
@@ -148,7 +152,7 @@ func (c *Core) Wait(alive bool, limit time.Duration) time.Duration {
 	// PeekDue where only the due time matters: it copies no id.
 	if len(c.fires) < MaxQueued {
 		if c.claimRoom() > 0 {
-			if due, ok := c.idx.nextFire(); ok {
+			if due, ok := c.idx.nextFire(c.opensAt); ok {
 				d = c.now.Until(record.SubMs(due, c.ahead), d)
 			}
 		} else {
