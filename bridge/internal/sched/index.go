@@ -19,10 +19,10 @@ import (
 type slots struct {
 	x      *timingwheel.Index
 	spanMs int64
-	lanes  map[string]int // bizType → its fire queue
-	fireQs []int          // the fire queues: heapFire (no bizType known) first, then by arrival
+	lanes  map[string]int  // bizType → its fire queue
+	fireQs []int           // the fire queues: heapFire (no bizType known) first, then by arrival
 	shared map[string]bool // bizTypes past maxLanes, whose lane others share
-	rr     int            // popDue's next position in fireQs
+	rr     int             // popDue's next position in fireQs
 }
 
 // slotEntry is an indexed step as the core sees it.

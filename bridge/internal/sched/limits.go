@@ -38,8 +38,8 @@ type Limit struct {
 type bizLimit struct {
 	Limit
 	biz string
-	q  int           // its fire queue (a lane of its own)
-	rl *rate.Limiter // nil: no rate bound
+	q   int           // its fire queue (a lane of its own)
+	rl  *rate.Limiter // nil: no rate bound
 }
 
 // runRec is a RUNNING record counted in flight.
