@@ -83,7 +83,7 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 		Name:        b.cfg.subj.service,
 		QueueGroup:  b.cfg.subj.service,
 		Version:     apiVersion,
-		Description: "ax bridge task API: get, cancel, requeue and reschedule delayed tasks; the request body is the task id (reschedule: JSON)",
+		Description: "ax bridge task API: get, cancel, requeue and reschedule delayed tasks (the request body is the task id; reschedule: JSON); bizType settings: biz.set (JSON), biz.get, biz.list",
 		Metadata:    map[string]string{"replica": b.cfg.ReplicaID},
 	})
 	if err != nil {
@@ -113,6 +113,10 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 		}
 	}
 	if err := g.AddEndpoint("reschedule", micro.HandlerFunc(func(r micro.Request) { b.apiReschedule(ctx, r) })); err != nil {
+		_ = svc.Stop()
+		return nil, err
+	}
+	if err := b.addBizEndpoints(ctx, svc); err != nil {
 		_ = svc.Stop()
 		return nil, err
 	}

@@ -106,6 +106,8 @@ type Bridge struct {
 	ownChanged  chan struct{}              // membership goroutine → loop: the owned set changed (capacity 1)
 	house       atomic.Bool                // this replica is the housekeeper; read by the purge loop and metrics
 	liveMembers atomic.Int64               // live replicas in this replica's view, itself included
+	rank        atomic.Int64               // this replica's place among them, sorted by id
+	biz         *bizTable                  // the bizType settings (biz.go)
 	ackSub      map[int]*nats.Subscription // ack subscriptions by partition; read by Stop once the member stopped
 	member      *membership.Member         // set by Start, stopped by Stop
 	membersRun  sync.WaitGroup             // the intake purge loop
@@ -155,9 +157,11 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		members:    cfg.Members,
 		nparts:     store.Partitions(),
 		ownChanged: make(chan struct{}, 1),
+		biz:        newBizTable(),
 	}
+	b.cfg.biz = b.biz
 	b.svc = bridgeServices{acks: acksService{b: b, cfg: cfg.acks()}, members: membersService{b: b, cfg: cfg.members()},
-		sched: schedService{b: b, cfg: cfg.sched()}, api: apiService{b: b}, intake: intakeService{b: b, cfg: cfg.intake()}}
+		biz: bizService{b: b}, sched: schedService{b: b, cfg: cfg.sched()}, api: apiService{b: b}, intake: intakeService{b: b, cfg: cfg.intake()}}
 	b.m.members = newMemberMetrics(b, cfg.Registerer)
 	b.maxDeliver.Store(int64(cfg.IntakeMaxDeliver))
 	if r, ok := store.(interface{ Retention() time.Duration }); ok {

@@ -136,7 +136,8 @@ type Config struct {
 	// Now is the clock (default time.Now). It must return readings with a monotonic component.
 	Now func() time.Time
 
-	subj subjects // the subjects under Prefix, set by withDefaults
+	subj subjects  // the subjects under Prefix, set by withDefaults
+	biz  *bizTable // the bizType settings, set by New: the defaults of series policies
 }
 
 func (c Config) withDefaults() Config {

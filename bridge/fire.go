@@ -51,6 +51,11 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 		return // the watch brings the record's real state to the loop
 	}
 	nowMs := b.cfg.Now().UnixMilli()
+	if b.biz.get(t.BizType).Paused {
+		// Paused since the loop took it (or its lane is shared with others): it waits.
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobFire, At: addMs(nowMs, time.Second)})
+		return
+	}
 	if t.DueAt > addMs(nowMs, j.Ahead) {
 		// Not within the claim-ahead window: the wall clock disagrees with the monotonic one, or
 		// the record changed.

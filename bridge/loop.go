@@ -34,16 +34,18 @@ type loopState struct {
 	loading   func(p int) bool // whether a watch is still loading partition p
 	loadAny   func() bool      // whether a watch is still loading any partition
 	lastStats time.Time        // monotonic: when the overdue gauges were last computed
+	shares    bizShares        // the bizType limits' shares (biz_limits.go)
 }
 
 func (b *Bridge) newLoopState(cfg schedConfig, parts []int) *loopState {
-	l := &loopState{b: b, now: b.read()}
+	l := &loopState{b: b, now: b.read(), shares: bizShares{window: b.cfg.AckWait + b.cfg.LeaseSkew}}
 	l.c = sched.New(sched.Config{Replica: b.cfg.ReplicaID, Partitions: b.nparts, PreRead: cfg.PreRead,
 		MaxPreReadTasks: cfg.MaxPreReadTasks, MaxPreReadBytes: cfg.MaxPreReadBytes, LeaseSkew: cfg.LeaseSkew,
 		MaxClaims: cfg.MaxClaims}, parts, l.now)
 	l.clock.check(l.now)
 	l.loading = func(int) bool { return false }
 	l.loadAny = func() bool { return false }
+	l.applyLimits(true)
 	return l
 }
 
@@ -87,6 +89,9 @@ func (b *Bridge) loop(ctx context.Context, cfg schedConfig, first kvstore.Watche
 			ws.started(nw)
 		case <-b.ownChanged:
 			ws.reown()
+			l.applyLimits(false)
+		case <-b.biz.changed:
+			l.applyLimits(true)
 		case r := <-b.results:
 			l.tick()
 			l.c.Result(r)
@@ -196,6 +201,7 @@ func (l *loopState) stats() {
 		return
 	}
 	l.lastStats = l.now.Mono
+	l.applyLimits(false) // a share's window may have ended
 	l.b.outage.tick()
 	n, oldest := l.c.Overdue()
 	m.loop.overdue.Set(float64(n))

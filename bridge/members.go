@@ -109,6 +109,7 @@ func (b *Bridge) stopMember(ctx context.Context) (left bool, err error) {
 // setOwnership publishes a snapshot of the membership goroutine.
 func (b *Bridge) setOwnership(o membership.Ownership, changed bool) {
 	b.liveMembers.Store(int64(o.Members))
+	b.rank.Store(int64(o.Rank))
 	b.own.Store(&ownership{parts: o.Parts, n: o.N, until: o.Until})
 	if changed {
 		select {

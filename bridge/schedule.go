@@ -103,7 +103,7 @@ func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *r
 	}
 	_, hasDelay := m.header[HeaderDelay]
 	_, hasAt := m.header[HeaderDeliverAt]
-	if rej := parseSeries(m.header, &t, hasDelay || hasAt, m.accepted.UnixMilli()); rej != nil {
+	if rej := parseSeries(m.header, &t, hasDelay || hasAt, m.accepted.UnixMilli(), c.biz.get(biz)); rej != nil {
 		return kvstore.Task{}, rej
 	}
 	if size := keepHeaders(m, &t); size > c.MaxPayload {

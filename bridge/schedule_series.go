@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"errors"
 	"strconv"
 	"strings"
@@ -44,8 +45,9 @@ var seriesPolicyHeaders = [...]string{HeaderTimeZone, HeaderMisfire, HeaderCatch
 	HeaderMaxRuns, HeaderUntil, HeaderJitter}
 
 // parseSeries makes t a series when the message asks for one: its first tick is t.DueAt when the
-// message gave a due time (dueGiven), otherwise the spec's first after accepted.
-func parseSeries(h nats.Header, t *kvstore.Task, dueGiven bool, accepted int64) *rejection {
+// message gave a due time (dueGiven), otherwise the spec's first after accepted. The bizType's
+// settings give the misfire and overlap policies the headers do not.
+func parseSeries(h nats.Header, t *kvstore.Task, dueGiven bool, accepted int64, biz BizSettings) *rejection {
 	every, hasEvery := headerValue(h, HeaderEvery)
 	spec, hasCron := headerValue(h, HeaderCron)
 	if !hasEvery && !hasCron {
@@ -59,7 +61,8 @@ func parseSeries(h nats.Header, t *kvstore.Task, dueGiven bool, accepted int64) 
 	if hasEvery && hasCron {
 		return reject(CodeEveryAndCron, "give either %s or %s, not both", HeaderEvery, HeaderCron)
 	}
-	s := &kvstore.Series{Misfire: kvstore.MisfireFireOnce, Overlap: kvstore.OverlapSkip, Catchup: DefaultCatchup, Run: 1}
+	s := &kvstore.Series{Misfire: cmp.Or(biz.Misfire, kvstore.MisfireFireOnce),
+		Overlap: cmp.Or(biz.Overlap, kvstore.OverlapSkip), Catchup: DefaultCatchup, Run: 1}
 	if hasEvery {
 		d, err := parseDuration(every)
 		if err != nil || d < series.MinEvery {

@@ -27,13 +27,14 @@ type service interface {
 // for its claims; membership leaves, hands its partitions' acks over and drains them; the ack
 // workers apply what was taken, last.
 func (b *Bridge) services() []service {
-	return []service{&b.svc.acks, &b.svc.members, &b.svc.sched, &b.svc.api, &b.svc.intake}
+	return []service{&b.svc.acks, &b.svc.members, &b.svc.biz, &b.svc.sched, &b.svc.api, &b.svc.intake}
 }
 
 // Services, all owned by the goroutine that runs Start and then Stop.
 type bridgeServices struct {
 	acks    acksService
 	members membersService
+	biz     bizService
 	sched   schedService
 	api     apiService
 	intake  intakeService

@@ -82,6 +82,7 @@ type subjects struct {
 	prefix                                         string // one token, no dot
 	schedule, fire, ack, rejected, duplicate, dead string // each ends with a dot
 	api                                            string // the task API's group, prefix.api.task
+	apiBiz                                         string // the settings API's group, prefix.api.biz
 	service                                        string // the micro service's name and queue group, prefix + "bridge"
 }
 
@@ -97,6 +98,7 @@ func subjectsOf(prefix string) subjects {
 		duplicate: p + "duplicate.",
 		dead:      p + "dead.",
 		api:       p + "api.task",
+		apiBiz:    p + "api.biz",
 		service:   prefix + "bridge",
 	}
 }

@@ -37,6 +37,7 @@ type Ownership struct {
 	N       int       // how many are owned
 	Until   time.Time // owned until then (Clock), unless a heartbeat renews it
 	Members int       // live replicas in this replica's view, itself included
+	Rank    int       // this replica's place among them, sorted by id (0 when fenced)
 }
 
 // Metrics are the series the member keeps; nil ones are kept nowhere.

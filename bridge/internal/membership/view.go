@@ -100,7 +100,8 @@ func (v *view) update(now time.Time, self bool, until time.Time) (o Ownership, c
 	}
 	slices.Sort(live)
 	acksMoved = v.graceEnds(now)
-	o = Ownership{Parts: v.parts, N: count(v.parts), Until: until, Members: len(live)}
+	o = Ownership{Parts: v.parts, N: count(v.parts), Until: until, Members: len(live),
+		Rank: max(0, slices.Index(live, v.cfg.ReplicaID))}
 	if !self {
 		// Fenced: it claims and fires nothing, but keeps its partitions, so that it goes on at
 		// once if a heartbeat is confirmed before anything moved.
