@@ -24,10 +24,14 @@ const (
 // addBizEndpoints adds set, get and list under <prefix>.api.biz.
 func (b *Bridge) addBizEndpoints(ctx context.Context, svc micro.Service) error {
 	g := svc.AddGroup(b.cfg.subj.apiBiz)
-	for name, h := range map[string]func(context.Context, micro.Request){
-		"set": b.apiBizSet, "get": b.apiBizGet, "list": b.apiBizList,
-	} {
-		if err := g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { h(ctx, r) })); err != nil {
+	for _, ep := range []struct {
+		name string
+		h    func(context.Context, micro.Request)
+	}{{"set", b.apiBizSet}, {"get", b.apiBizGet}, {"list", b.apiBizList}} {
+		h := ep.h
+		// Named biz-<op>: the task API has a get of its own.
+		if err := g.AddEndpoint("biz-"+ep.name, micro.HandlerFunc(func(r micro.Request) { h(ctx, r) }),
+			micro.WithEndpointSubject(ep.name)); err != nil {
 			return err
 		}
 	}

@@ -277,6 +277,17 @@ func TestRolePermissions(t *testing.T) {
 	if got := api(bridge.APICancel, "order-2"); got != "CANCELLED" {
 		t.Fatalf("operator cancel order-2: %s", got)
 	}
+	// The settings API: the bridge writes the settings bucket and watches it.
+	if m, err := op.nc.Request(bridge.APIBizSet, []byte(`{"biz_type":"order","max_in_flight":50}`), 5*time.Second); err != nil ||
+		m.Header.Get("Nats-Service-Error-Code") != "" || !strings.Contains(string(m.Data), `"max_in_flight":50`) {
+		t.Fatalf("operator biz.set: %v %v %q", err, m.Header, m.Data)
+	}
+	if !checkFor(5*time.Second, func() bool {
+		m, err := op.nc.Request(bridge.APIBizList, nil, 5*time.Second)
+		return err == nil && strings.Contains(string(m.Data), `"max_in_flight":50`)
+	}) {
+		t.Fatal("operator biz.list does not show the setting: the bridge's watch of the settings bucket")
+	}
 	opJS, err := jetstream.New(op.nc)
 	if err != nil {
 		t.Fatal(err)

@@ -115,7 +115,7 @@ func TestTwoPrefixesShareAnAccount(t *testing.T) {
 	if got, code := ax.apiCall(bridge.APIGet, "shared"); code != "" || got.Payload != "from-ax" {
 		t.Errorf("ax.api.task.get shared: %+v %s", got, code)
 	}
-	for svc, want := range map[string]string{"axbridge": "ax.api.task.", "b2bridge": "b2.api.task."} {
+	for svc, want := range map[string]string{"axbridge": "ax.api.", "b2bridge": "b2.api."} {
 		m, err := ax.nc.Request("$SRV.INFO."+svc, nil, 5*time.Second)
 		if err != nil {
 			t.Fatalf("service %s: %v", svc, err)
@@ -125,7 +125,7 @@ func TestTwoPrefixesShareAnAccount(t *testing.T) {
 				Subject string `json:"subject"`
 			} `json:"endpoints"`
 		}
-		if err := json.Unmarshal(m.Data, &info); err != nil || len(info.Endpoints) != 4 {
+		if err := json.Unmarshal(m.Data, &info); err != nil || len(info.Endpoints) != 7 { // task get, cancel, requeue, reschedule; biz set, get, list
 			t.Fatalf("service %s info %s (err %v)", svc, m.Data, err)
 		}
 		for _, ep := range info.Endpoints {

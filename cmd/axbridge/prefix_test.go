@@ -40,8 +40,9 @@ func TestPrefixFlags(t *testing.T) {
 }
 
 // The binary run with --prefix b2 creates and uses the derived names (stream B2_SCHEDULE on
-// b2.schedule.>, consumer b2bridge, buckets B2_TASKS and B2_TASKS_MEMBERS), fires on b2.fire.*,
-// serves the task API on b2.api.task.* as the micro service b2bridge, and creates none of the
+// b2.schedule.>, consumer b2bridge, buckets B2_TASKS, B2_TASKS_MEMBERS and B2_TASKS_BIZ), fires on
+// b2.fire.*, serves the task API on b2.api.task.* and the settings API on b2.api.biz.* as the
+// micro service b2bridge, and creates none of the
 // default prefix's names.
 func TestBinaryPrefix(t *testing.T) {
 	t.Parallel()
@@ -68,7 +69,7 @@ func TestBinaryPrefix(t *testing.T) {
 	if _, err := js.Consumer(ctx, "B2_SCHEDULE", "b2bridge"); err != nil {
 		t.Errorf("consumer b2bridge: %v", err)
 	}
-	for _, bucket := range []string{"B2_TASKS", "B2_TASKS_MEMBERS"} {
+	for _, bucket := range []string{"B2_TASKS", "B2_TASKS_MEMBERS", "B2_TASKS_BIZ"} {
 		if _, err := js.KeyValue(ctx, bucket); err != nil {
 			t.Errorf("bucket %s: %v", bucket, err)
 		}
@@ -117,12 +118,12 @@ func TestBinaryPrefix(t *testing.T) {
 			QueueGroup string `json:"queue_group"`
 		}
 	}
-	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != "b2bridge" || len(svc.Endpoints) != 4 {
+	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != "b2bridge" || len(svc.Endpoints) != 7 {
 		t.Fatalf("service info %s (err %v)", info.Data, err)
 	}
 	for _, ep := range svc.Endpoints {
-		if !strings.HasPrefix(ep.Subject, "b2.api.task.") || ep.QueueGroup != "b2bridge" {
-			t.Errorf("endpoint %+v, want b2.api.task.* in queue group b2bridge", ep)
+		if !strings.HasPrefix(ep.Subject, "b2.api.task.") && !strings.HasPrefix(ep.Subject, "b2.api.biz.") || ep.QueueGroup != "b2bridge" {
+			t.Errorf("endpoint %+v, want b2.api.task.* or b2.api.biz.* in queue group b2bridge", ep)
 		}
 	}
 }
