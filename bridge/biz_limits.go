@@ -27,7 +27,8 @@ type bizShares struct {
 	started bool
 	cur     shareView
 	recent  []shareView
-	dirty   bool // something changed since the last limits
+	dirty   bool            // something changed since the last limits
+	warned  map[string]bool // bizTypes warned of a max_in_flight below the replica count
 }
 
 // observe takes the view of n replicas at rank; it reports whether the limits must be computed
@@ -104,5 +105,18 @@ func (l *loopState) applyLimits(settingsChanged bool) {
 	if !l.shares.observe(int(b.liveMembers.Load()), int(b.rank.Load()), l.now.Mono) && !settingsChanged {
 		return
 	}
-	l.c.SetLimits(l.shares.limits(b.biz.all()))
+	all := b.biz.all()
+	l.c.SetLimits(l.shares.limits(all))
+	n := l.shares.cur.n
+	for biz, st := range all {
+		short := st.MaxInFlight > 0 && st.MaxInFlight < n
+		if short && !l.shares.warned[biz] {
+			b.log.Warn("max_in_flight is below the number of replicas: replicas with no share fire none of the bizType, and its tasks in their partitions wait",
+				"biz_type", biz, "max_in_flight", st.MaxInFlight, "replicas", n, "what_to_do", "set max_in_flight to at least the replica count")
+		}
+		if l.shares.warned == nil {
+			l.shares.warned = map[string]bool{}
+		}
+		l.shares.warned[biz] = short
+	}
 }

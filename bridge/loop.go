@@ -205,6 +205,7 @@ func (l *loopState) stats() {
 	l.b.outage.tick()
 	n, oldest := l.c.Overdue()
 	m.loop.overdue.Set(float64(n))
+	m.loop.pausedDue.Set(float64(l.c.PausedDue()))
 	age := 0.0
 	if n > 0 {
 		age = float64(l.now.Ms-oldest) / 1000

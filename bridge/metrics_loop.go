@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // what the reconciler had to repair, and the loop's bounded queues.
 type loopMetrics struct {
 	overdue       prometheus.Gauge
+	pausedDue     prometheus.Gauge
 	oldestOverdue prometheus.Gauge
 	watchRestarts prometheus.Counter
 	watchUp       prometheus.Gauge
@@ -39,6 +40,8 @@ func newLoopMetrics() *loopMetrics {
 	m := &loopMetrics{
 		overdue: gauge("tasks_overdue",
 			"WAITING tasks this replica indexes whose due time has passed and that no worker has claimed yet."),
+		pausedDue: gauge("tasks_overdue_paused",
+			"WAITING tasks of paused bizTypes this replica indexes whose due time has passed (not in ax_tasks_overdue)."),
 		oldestOverdue: gauge("oldest_overdue_seconds",
 			"How long the most overdue WAITING task of this replica has been due (0 when none is)."),
 		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ax", Name: "watch_restarts_total",
@@ -70,6 +73,6 @@ func newLoopMetrics() *loopMetrics {
 }
 
 func (m *loopMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.overdue, m.oldestOverdue, m.watchRestarts, m.watchUp, m.repairs, m.clockSteps,
+	return []prometheus.Collector{m.overdue, m.pausedDue, m.oldestOverdue, m.watchRestarts, m.watchUp, m.repairs, m.clockSteps,
 		m.queued, m.preRead, m.preReadBytes, m.claimAhead, m.heldFires, m.claimsOut, m.claimBudget}
 }

@@ -76,6 +76,7 @@ type Core struct {
 	aheadUntil int64         // UTC Unix ms: the latest due time of a fire handed out ahead of it
 	owned      []bool        // by partition: the partitions this core indexes
 	lim        limits        // per-bizType limits and what they count (limits.go)
+	pausedDue  int           // due fires in paused lanes, at the last Overdue
 	lastPrune  time.Time
 	ready      Ready
 }

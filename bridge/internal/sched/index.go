@@ -142,16 +142,21 @@ func (s *slots) nextFire(opensAt func(q int, due int64) (int64, bool)) (earliest
 	return earliest, ok
 }
 
-// countFires counts the fires due at or before ms, and returns the earliest due time among them.
-func (s *slots) countFires(ms int64) (n int, earliest int64) {
+// countFires counts the fires due at or before ms, and returns the earliest due time among them;
+// those of the lanes skip says are counted apart (skipped).
+func (s *slots) countFires(ms int64, skip func(q int) bool) (n int, earliest int64, skipped int) {
 	for _, q := range s.fireQs {
 		m, e := s.countDue(q, ms, Fire)
+		if skip(q) {
+			skipped += m
+			continue
+		}
 		if m > 0 && (n == 0 || e < earliest) {
 			earliest = e
 		}
 		n += m
 	}
-	return n, earliest
+	return n, earliest, skipped
 }
 
 // inSpan reports whether a step due at due is within the span from ms: its payload is read now,

@@ -96,6 +96,15 @@ func (c *Core) InFlight(bizType string) int {
 	return n
 }
 
+// paused reports whether lane q is paused.
+func (c *Core) paused(q int) bool {
+	bl := c.lim.byLane[q]
+	return bl != nil && bl.Paused
+}
+
+// PausedDue is how many due fires the last Overdue found in paused lanes (it counts them apart).
+func (c *Core) PausedDue() int { return c.pausedDue }
+
 // open reports whether a fire may be taken from lane q now; rate says whether it would spend a
 // token of the lane's rate (take spends it).
 func (c *Core) open(q int) bool {

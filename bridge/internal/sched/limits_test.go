@@ -50,6 +50,9 @@ func TestLimitPauseHoldsOnlyItsBizType(t *testing.T) {
 	if got := takeAll(c); got["lim"] != 0 || got["free"] != 10 {
 		t.Fatalf("paused: took %v, want 0 lim and 10 free", got)
 	}
+	if n, _ := c.Overdue(); n != 0 || c.PausedDue() != 10 {
+		t.Fatalf("overdue %d and %d paused, want 0 and 10", n, c.PausedDue())
+	}
 	c.SetLimits(map[string]Limit{"lim": NoLimit})
 	c.Take(true, true)
 	if got := takeAll(c); got["lim"] != 10 {

@@ -34,9 +34,10 @@ func (c *Core) Repair(cd Candidate) {
 }
 
 // Overdue counts the fires due by now that have not gone out (indexed, queued, or waiting for a
-// retry after a failed store call) and returns the earliest due time among them.
+// retry after a failed store call) and returns the earliest due time among them. Those of paused
+// bizTypes are not among them: PausedDue counts them.
 func (c *Core) Overdue() (n int, oldest int64) {
-	n, oldest = c.idx.countFires(c.now.Ms)
+	n, oldest, c.pausedDue = c.idx.countFires(c.now.Ms, c.paused)
 	for _, j := range c.fires {
 		if j.Due > c.now.Ms {
 			continue // taken ahead of its due time
