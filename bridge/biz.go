@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/axbridge/axbridge/kvstore"
@@ -167,6 +168,7 @@ type bizService struct {
 	kv   jetstream.KeyValue
 	stop context.CancelFunc
 	done sync.WaitGroup
+	subs []*nats.Subscription // the alarm's (alarm.go)
 }
 
 func (s *bizService) Start(ctx context.Context) error {
@@ -199,6 +201,14 @@ func (s *bizService) Start(ctx context.Context) error {
 	loaded := make(chan struct{})
 	s.done.Add(1)
 	go s.watch(w, loaded)
+	if s.subs, err = b.subscribeAlarms(); err != nil {
+		return fmt.Errorf("bridge: subscribe to the alarms: %w", err)
+	}
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		b.alarmLoop(wctx)
+	}()
 	select {
 	case <-loaded:
 		return nil
@@ -235,6 +245,9 @@ func (s *bizService) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.stop()
+	for _, sub := range s.subs {
+		_ = sub.Unsubscribe()
+	}
 	if !waitCtx(ctx, &s.done) {
 		return errors.New("bizType settings watch still running")
 	}

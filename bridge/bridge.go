@@ -108,6 +108,7 @@ type Bridge struct {
 	liveMembers atomic.Int64               // live replicas in this replica's view, itself included
 	rank        atomic.Int64               // this replica's place among them, sorted by id
 	biz         *bizTable                  // the bizType settings (biz.go)
+	alarm       *alarms                    // the lateness alarm's counts and state (alarm.go)
 	ackSub      map[int]*nats.Subscription // ack subscriptions by partition; read by Stop once the member stopped
 	member      *membership.Member         // set by Start, stopped by Stop
 	membersRun  sync.WaitGroup             // the intake purge loop
@@ -158,6 +159,7 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		nparts:     store.Partitions(),
 		ownChanged: make(chan struct{}, 1),
 		biz:        newBizTable(),
+		alarm:      newAlarms(),
 	}
 	b.cfg.biz = b.biz
 	b.svc = bridgeServices{acks: acksService{b: b, cfg: cfg.acks()}, members: membersService{b: b, cfg: cfg.members()},

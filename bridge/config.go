@@ -128,6 +128,12 @@ type Config struct {
 	// quarter of it bounds them while the replica loads, is offline or behind.
 	MaxClaims int
 
+	// AlarmP99 is the lateness alarm's threshold for bizTypes whose settings give none (default
+	// DefaultAlarmP99; negative: no alarm); AlarmWindow the window its p99 is taken over, and
+	// that it must stay under the threshold to resolve (default DefaultAlarmWindow).
+	AlarmP99    time.Duration
+	AlarmWindow time.Duration
+
 	// Registerer receives the bridge's Prometheus metrics (default: none are exported).
 	Registerer prometheus.Registerer
 
@@ -172,6 +178,8 @@ func (c Config) withDefaults() Config {
 	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, 2*time.Second)
 	c.ReconcileRate = cmp.Or(c.ReconcileRate, 10_000)
 	c.PartitionLease = cmp.Or(c.PartitionLease, 5*time.Second)
+	c.AlarmP99 = cmp.Or(c.AlarmP99, DefaultAlarmP99)
+	c.AlarmWindow = cmp.Or(c.AlarmWindow, DefaultAlarmWindow)
 	c.Workers = cmp.Or(c.Workers, 256)
 	c.AckWorkers = cmp.Or(c.AckWorkers, 256)
 	c.MaxClaims = cmp.Or(c.MaxClaims, DefaultMaxClaims)

@@ -172,7 +172,9 @@ func (b *Bridge) publishFire(e kvstore.Entry) bool {
 		return false
 	}
 	b.m.fired.WithLabelValues(t.BizType).Inc()
-	b.m.lateness.WithLabelValues(t.BizType).Observe(b.cfg.Now().Sub(time.UnixMilli(t.DueAt)).Seconds())
+	late := b.cfg.Now().Sub(time.UnixMilli(t.DueAt))
+	b.m.lateness.WithLabelValues(t.BizType).Observe(late.Seconds())
+	b.alarm.observe(t.BizType, late)
 	return true
 }
 

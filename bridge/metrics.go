@@ -10,6 +10,7 @@ type metrics struct {
 	duplicates   *prometheus.CounterVec
 	fired        *prometheus.CounterVec
 	lateness     *prometheus.HistogramVec
+	alarmActive  *prometheus.GaugeVec
 	acks         *prometheus.CounterVec
 	leaseExpired *prometheus.CounterVec
 	givenBack    *prometheus.CounterVec
@@ -32,6 +33,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejected:   counter("schedule_rejected_total", "Schedule messages refused, by error code.", "biz_type", "code"),
 		duplicates: counter("schedule_duplicates_total", "Schedule messages that repeated an existing task.", "biz_type"),
 		fired:      counter("tasks_fired_total", "Attempts published to ax.fire.<bizType>.", "biz_type"),
+		alarmActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ax", Name: "alarm_active",
+			Help: "1 while the lateness alarm of the bizType fires (p99 over its threshold; ax.alarm.<bizType>), 0 once resolved."},
+			[]string{"biz_type"}),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ax", Name: "fire_lateness_seconds",
 			Help:    "Time from a task's due time to its fire message being published.",
 			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 60}}, []string{"biz_type"}),
@@ -51,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		loop: newLoopMetrics(),
 	}
 	if reg != nil {
-		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.acks, m.leaseExpired, m.givenBack, m.fromLog, m.dead, m.corrupt, m.pending)
+		reg.MustRegister(m.scheduled, m.rejected, m.duplicates, m.fired, m.lateness, m.alarmActive, m.acks, m.leaseExpired, m.givenBack, m.fromLog, m.dead, m.corrupt, m.pending)
 		reg.MustRegister(m.loop.collectors()...)
 	}
 	m.intake = newIntakeMetrics(reg)

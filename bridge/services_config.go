@@ -151,6 +151,9 @@ func (c Config) validate() error {
 	errs = append(errs, c.members().validate()...)
 	errs = append(errs, c.sched().validate()...)
 	errs = append(errs, c.intake().validate()...)
+	if c.AlarmWindow < time.Second {
+		errs = append(errs, fmt.Errorf("alarm window %v: want at least 1s", c.AlarmWindow))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bridge config: %w", err)
 	}

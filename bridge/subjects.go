@@ -21,6 +21,7 @@ const (
 	RejectedPrefix  = DefaultPrefix + ".rejected."
 	DuplicatePrefix = DefaultPrefix + ".duplicate."
 	DeadPrefix      = DefaultPrefix + ".dead."
+	AlarmPrefix     = DefaultPrefix + ".alarm."
 	// InvalidBizType is the token used on ax.rejected.* when the bizType itself is invalid.
 	InvalidBizType = "_invalid"
 
@@ -83,6 +84,7 @@ type subjects struct {
 	schedule, fire, ack, rejected, duplicate, dead string // each ends with a dot
 	api                                            string // the task API's group, prefix.api.task
 	apiBiz                                         string // the settings API's group, prefix.api.biz
+	alarm, stats                                   string // prefix.alarm., prefix.stats. (alarm.go)
 	service                                        string // the micro service's name and queue group, prefix + "bridge"
 }
 
@@ -99,6 +101,8 @@ func subjectsOf(prefix string) subjects {
 		dead:      p + "dead.",
 		api:       p + "api.task",
 		apiBiz:    p + "api.biz",
+		alarm:     p + "alarm.",
+		stats:     p + "stats.",
 		service:   prefix + "bridge",
 	}
 }

@@ -244,3 +244,57 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// The lateness alarm on three replicas: fires held back by a pause come out a second late, over
+// the bizType's alarm_p99 of 100ms, and a subscriber of ax.alarm.late gets one firing event (the
+// housekeeper speaks for all), then one resolved event once a window passed with no late fire,
+// and nothing more.
+func TestLatenessAlarmFiresAndResolvesOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := func(id string) bridge.Config { return bridge.Config{ReplicaID: id, AlarmWindow: 3 * time.Second} }
+	e.startBridge(cfg("r1"))
+	e.bizSet(`{"biz_type":"late","paused":true,"alarm_p99":"100ms"}`)
+	e.startBridge(cfg("r2"))
+	e.startBridge(cfg("r3"))
+	alarms, err := e.nc.SubscribeSync(bridge.AlarmPrefix + ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.consume("ax.fire.late", func(m *nats.Msg) { _ = m.Ack() })
+	for i := range 30 {
+		e.schedule("late", "", bridge.HeaderTaskID, fmt.Sprintf("late-%d", i), bridge.HeaderDelay, "100ms")
+	}
+	<-time.After(1200 * time.Millisecond) // due 100ms in, resumed at 1.2s: a second late
+	e.bizSet(`{"biz_type":"late","paused":false}`)
+	type event struct {
+		Alarm, BizType, State, P99, Threshold, Since, Replica string
+		Samples                                            int64
+	}
+	next := func(within time.Duration) (event, bool) {
+		m, err := alarms.NextMsg(within)
+		if err != nil {
+			return event{}, false
+		}
+		var ev event
+		if err := json.Unmarshal(m.Data, &ev); err != nil || m.Subject != bridge.AlarmPrefix+"late" {
+			t.Fatalf("alarm %s %q: %v", m.Subject, m.Data, err)
+		}
+		t.Logf("alarm on %s: %s", m.Subject, m.Data)
+		return ev, true
+	}
+	firing, ok := next(10 * time.Second)
+	if !ok || firing.State != "firing" || firing.Threshold != "100ms" || firing.Alarm != "lateness" || firing.Samples == 0 {
+		t.Fatalf("first alarm: %+v (%v), want lateness firing over 100ms", firing, ok)
+	}
+	if p99, err := time.ParseDuration(firing.P99); err != nil || p99 < 500*time.Millisecond {
+		t.Errorf("firing p99 %q, want about a second", firing.P99)
+	}
+	resolved, ok := next(15 * time.Second)
+	if !ok || resolved.State != "resolved" || resolved.Replica != firing.Replica {
+		t.Fatalf("second alarm: %+v (%v), want resolved by %s", resolved, ok, firing.Replica)
+	}
+	if ev, ok := next(4 * time.Second); ok {
+		t.Errorf("an alarm after resolved: %+v", ev)
+	}
+}

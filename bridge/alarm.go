@@ -1,0 +1,200 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"sync"
+	"time"
+)
+
+// The lateness alarm (subjects.md, "Alarms"). Every replica counts the lateness of its fires by
+// bizType in a mergeable histogram and publishes the counts every report interval on
+// <prefix>.stats.lateness; every replica keeps the last window of everyone's reports. The
+// housekeeper alone judges: when a bizType's p99 over the window passes its threshold, it
+// publishes a firing alarm on <prefix>.alarm.<bizType>; once the p99 has stayed at or under the
+// threshold for a whole window, a resolved one. Every replica listens to the alarms, so that the
+// ax_alarm_active gauge is the same on each, and a new housekeeper knows what is firing.
+
+const (
+	// DefaultAlarmP99 is Config.AlarmP99 when it is 0.
+	DefaultAlarmP99 = time.Second
+	// DefaultAlarmWindow is Config.AlarmWindow when it is 0.
+	DefaultAlarmWindow = time.Minute
+	// alarmReports is how many reports a replica sends per window.
+	alarmReports = 12
+	// lateSteps per doubling: a bucket's bound is 2^(1/4) times the one before, so a p99 is
+	// known within 19%.
+	lateSteps   = 4
+	lateBuckets = lateSteps*24 + 1 // bucket 0 is ≤ 1ms, the last ≥ 2^24 ms (4.6 h)
+)
+
+// lateBucket is the bucket of lateness d.
+func lateBucket(d time.Duration) int {
+	ms := float64(d) / float64(time.Millisecond)
+	if ms <= 1 {
+		return 0
+	}
+	return min(int(math.Ceil(math.Log2(ms)*lateSteps)), lateBuckets-1)
+}
+
+// lateBound is the upper bound of bucket i.
+func lateBound(i int) time.Duration {
+	return time.Duration(math.Exp2(float64(i)/lateSteps) * float64(time.Millisecond)).Round(time.Microsecond)
+}
+
+// lateReport is one replica's counts since its last report: by bizType, [bucket, count] pairs.
+type lateReport struct {
+	Replica string                `json:"replica"`
+	Biz     map[string][][2]int64 `json:"biz"`
+}
+
+// alarmEvent is what <prefix>.alarm.<bizType> carries.
+type alarmEvent struct {
+	Alarm     string `json:"alarm"` // lateness
+	BizType   string `json:"biz_type"`
+	State     string `json:"state"` // firing or resolved
+	P99       string `json:"p99"`
+	Threshold string `json:"threshold"`
+	Since     string `json:"since"`
+	Samples   int64  `json:"samples"`
+	Replica   string `json:"replica"` // the housekeeper that spoke
+}
+
+// alarms is one replica's part of the alarm.
+type alarms struct {
+	mu      sync.Mutex
+	cur     map[string]*[lateBuckets]int64 // this replica's counts since its last report
+	heard   []heardReport                  // everyone's reports within the window
+	firing  map[string]alarmEvent          // bizTypes whose alarm fires
+	lastOut map[string]time.Time           // when a firing bizType's p99 was last over (monotonic)
+}
+
+type heardReport struct {
+	at  time.Time // monotonic: when it arrived
+	biz map[string][][2]int64
+}
+
+func newAlarms() *alarms {
+	return &alarms{cur: map[string]*[lateBuckets]int64{}, firing: map[string]alarmEvent{}, lastOut: map[string]time.Time{}}
+}
+
+// observe counts one fire's lateness.
+func (a *alarms) observe(bizType string, late time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.cur[bizType]
+	if c == nil {
+		c = new([lateBuckets]int64)
+		a.cur[bizType] = c
+	}
+	c[lateBucket(late)]++
+}
+
+// take returns the counts since the last take, and starts anew.
+func (a *alarms) take(replica string) lateReport {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := lateReport{Replica: replica, Biz: make(map[string][][2]int64, len(a.cur))}
+	for biz, c := range a.cur {
+		for i, n := range c {
+			if n > 0 {
+				r.Biz[biz] = append(r.Biz[biz], [2]int64{int64(i), n})
+			}
+		}
+	}
+	clear(a.cur)
+	return r
+}
+
+// hear keeps a report that arrived at now.
+func (a *alarms) hear(r lateReport, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.heard = append(a.heard, heardReport{at: now, biz: r.Biz})
+}
+
+// p99s merges the reports heard within window before now (dropping older ones) and returns each
+// bizType's p99 and sample count.
+func (a *alarms) p99s(now time.Time, window time.Duration) map[string]struct {
+	p99 time.Duration
+	n   int64
+} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	kept := a.heard[:0]
+	sum := map[string]*[lateBuckets]int64{}
+	for _, h := range a.heard {
+		if now.Sub(h.at) > window {
+			continue
+		}
+		kept = append(kept, h)
+		for biz, pairs := range h.biz {
+			c := sum[biz]
+			if c == nil {
+				c = new([lateBuckets]int64)
+				sum[biz] = c
+			}
+			for _, p := range pairs {
+				if p[0] >= 0 && p[0] < lateBuckets {
+					c[p[0]] += p[1]
+				}
+			}
+		}
+	}
+	clear(a.heard[len(kept):])
+	a.heard = kept
+	out := make(map[string]struct {
+		p99 time.Duration
+		n   int64
+	}, len(sum))
+	for biz, c := range sum {
+		var total int64
+		for _, n := range c {
+			total += n
+		}
+		rank, seen := int64(math.Ceil(float64(total)*0.99)), int64(0)
+		for i, n := range c {
+			if seen += n; seen >= rank {
+				out[biz] = struct {
+					p99 time.Duration
+					n   int64
+				}{lateBound(i), total}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// alarmLoop reports this replica's lateness, and judges the alarms while it is the housekeeper,
+// every window/alarmReports until ctx ends.
+func (b *Bridge) alarmLoop(ctx context.Context) {
+	every := b.cfg.AlarmWindow / alarmReports
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		data, _ := json.Marshal(b.alarm.take(b.cfg.ReplicaID))
+		if err := b.nc.Publish(b.cfg.subj.stats+"lateness", data); err != nil {
+			b.log.Debug("publish lateness report", "err", err)
+		}
+		if b.house.Load() {
+			b.judgeAlarms(time.Now())
+		}
+	}
+}
+
+// alarmThreshold is bizType's threshold: its alarm_p99, else Config.AlarmP99; ≤ 0 is off.
+func (b *Bridge) alarmThreshold(bizType string) time.Duration {
+	if s := b.biz.get(bizType).AlarmP99; s != "" {
+		if d, err := parseDuration(s); err == nil {
+			return d
+		}
+	}
+	return b.cfg.AlarmP99
+}
