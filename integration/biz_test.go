@@ -269,7 +269,7 @@ func TestLatenessAlarmFiresAndResolvesOnce(t *testing.T) {
 	e.bizSet(`{"biz_type":"late","paused":false}`)
 	type event struct {
 		Alarm, BizType, State, P99, Threshold, Since, Replica string
-		Samples                                            int64
+		Samples                                               int64
 	}
 	next := func(within time.Duration) (event, bool) {
 		m, err := alarms.NextMsg(within)
