@@ -2,8 +2,10 @@ package bridge
 
 import (
 	"cmp"
+	"time"
 
 	"github.com/axbridge/axbridge/kvstore"
+	"github.com/axbridge/axbridge/series"
 )
 
 // seriesView is a series as the task API shows it (subjects.md, "Recurring tasks").
@@ -25,6 +27,9 @@ type seriesView struct {
 	Skipped   int64  `json:"skipped"`
 	Dead      int64  `json:"dead"`
 	Ending    bool   `json:"ending,omitempty"`
+	// DSTWarning: the next year's first cron tick that the zone's daylight saving time skips or
+	// repeats (series.Schedule.DSTWarning), as of the get.
+	DSTWarning string `json:"dst_warning,omitempty"`
 }
 
 func seriesViewOf(s *kvstore.Series) *seriesView {
@@ -40,6 +45,9 @@ func seriesViewOf(s *kvstore.Series) *seriesView {
 		v.Every = s.Every.String()
 	} else {
 		v.Zone = cmp.Or(s.Zone, "UTC")
+		if sch, err := series.Parse(series.Spec{Cron: s.Cron, Zone: s.Zone}); err == nil {
+			v.DSTWarning = sch.DSTWarning(time.Now().UnixMilli())
+		}
 	}
 	if s.Jitter > 0 {
 		v.Jitter = s.Jitter.String()

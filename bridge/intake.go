@@ -217,15 +217,20 @@ func (b *Bridge) created(msg jetstream.Msg, md *jetstream.MsgMetadata, m schedul
 	case err == nil:
 		b.m.scheduled.WithLabelValues(task.BizType).Inc()
 		_ = msg.Ack()
+		b.warnDST(task)
 		// Index the new task now rather than when the watch brings it: after a restart the watch
 		// brings new records only behind the whole initial load.
 		b.report(result{Created: &existing})
 	case errors.Is(err, kvstore.ErrExists):
-		if sameContent(&existing.Task, task) {
+		switch {
+		case sameContent(&existing.Task, task):
 			b.duplicate(m, task.ID, existing.Task.Status)
-		} else {
+		case m.header.Get(HeaderReplace) == "true":
+			b.replace(msg, m, task, existing)
+			return
+		default:
 			b.rejectMsg(m, reject(CodeDuplicateConflict,
-				"task %q exists with different content (bizType, payload, headers or retry policy); the first one stays", task.ID))
+				"task %q exists with different content (bizType, payload, headers or retry policy); the first one stays (%s: true replaces it)", task.ID, HeaderReplace))
 		}
 		_ = msg.Ack()
 	case kvstore.Permanent(err):
@@ -368,4 +373,36 @@ func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFun
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, 10*time.Second)
+}
+
+// replace writes task over existing, a record of its id with other content, for a message with
+// Ax-Replace: true, by CAS on existing's revision: a WAITING or finished task is replaced (a
+// series starts anew from the new spec); a RUNNING one is refused, as its attempt is out. A
+// conflict means the record changed meanwhile: the message is refused, to be sent again.
+func (b *Bridge) replace(msg jetstream.Msg, m scheduleMsg, task *kvstore.Task, existing kvstore.Entry) {
+	if existing.Task.Status == kvstore.StatusRunning {
+		b.rejectMsg(m, reject(CodeReplaceRunning,
+			"task %q is running an attempt; %s replaces a waiting or finished task: send it again once the attempt settles", task.ID, HeaderReplace))
+		_ = msg.Ack()
+		return
+	}
+	next := *task
+	b.intake.Add(1)
+	b.store.UpdateAsync(context.Background(), &next, existing.Revision, func(rev uint64, err error) {
+		defer b.intake.Done()
+		switch {
+		case err == nil:
+			b.m.scheduled.WithLabelValues(task.BizType).Inc()
+			_ = msg.Ack()
+			b.log.Info("task replaced", "task_id", task.ID, "was", existing.Task.Status)
+			b.report(result{Created: &kvstore.Entry{Task: next, Revision: rev}})
+			b.warnDST(&next)
+		case errors.Is(err, kvstore.ErrConflict), errors.Is(err, kvstore.ErrNotFound):
+			b.rejectMsg(m, reject(CodeDuplicateConflict, "task %q changed while it was being replaced; send the message again", task.ID))
+			_ = msg.Ack()
+		default:
+			b.m.ack.storeError(opCreate, err)
+			_ = msg.NakWithDelay(intakeRetryDelay(1))
+		}
+	})
 }

@@ -33,6 +33,8 @@ const (
 	CodeBadBackoff        = "BAD_BACKOFF"
 	CodePayloadTooLarge   = "PAYLOAD_TOO_LARGE"
 	CodeDuplicateConflict = "DUPLICATE_CONFLICT"
+	CodeBadReplace        = "BAD_REPLACE"
+	CodeReplaceRunning    = "REPLACE_RUNNING"
 	CodeStoreRefused      = "STORE_REFUSED"
 	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
 	CodeStaleReplay       = "STALE_REPLAY"
@@ -100,6 +102,9 @@ func (c *Config) parseSchedule(m scheduleMsg, recordLimit int) (kvstore.Task, *r
 	}
 	if rej := parsePolicy(m.header, &t); rej != nil {
 		return kvstore.Task{}, rej
+	}
+	if v, ok := headerValue(m.header, HeaderReplace); ok && v != "true" && v != "false" {
+		return kvstore.Task{}, reject(CodeBadReplace, "%s %q: want true or false", HeaderReplace, v)
 	}
 	_, hasDelay := m.header[HeaderDelay]
 	_, hasAt := m.header[HeaderDeliverAt]

@@ -21,9 +21,11 @@ const (
 	HeaderMisfire  = "Ax-Misfire"
 	HeaderCatchup  = "Ax-Catchup-Window"
 	HeaderOverlap  = "Ax-Overlap"
-	HeaderMaxRuns  = "Ax-Max-Runs"
-	HeaderUntil    = "Ax-Until"
-	HeaderJitter   = "Ax-Jitter"
+	// HeaderReplace: true replaces a task of the same id that has other content, unless it runs.
+	HeaderReplace = "Ax-Replace"
+	HeaderMaxRuns = "Ax-Max-Runs"
+	HeaderUntil   = "Ax-Until"
+	HeaderJitter  = "Ax-Jitter"
 	// On a series' fire messages.
 	HeaderOccurrence = "Ax-Occurrence"
 	HeaderRun        = "Ax-Run"
@@ -152,4 +154,20 @@ func parseSeriesPolicy(h nats.Header, s *kvstore.Series) *rejection {
 		s.Jitter = d
 	}
 	return nil
+}
+
+// warnDST logs when a new cron series meets daylight saving time within a year.
+func (b *Bridge) warnDST(t *kvstore.Task) {
+	s := t.Series
+	if s == nil || s.Cron == "" {
+		return
+	}
+	sch, err := series.Parse(series.Spec{Cron: s.Cron, Zone: s.Zone})
+	if err != nil {
+		return
+	}
+	if w := sch.DSTWarning(b.cfg.Now().UnixMilli()); w != "" {
+		b.log.Warn("a cron series meets daylight saving time (ax.api.task.get shows it as dst_warning)",
+			"task_id", t.ID, "cron", s.Cron, "time_zone", s.Zone, "warning", w)
+	}
 }

@@ -53,7 +53,7 @@ const (
 // controlHeaders are consumed by the bridge and not passed through as the caller's own.
 var controlHeaders = [...]string{HeaderTaskID, HeaderDelay, HeaderDeliverAt, HeaderMaxRetry, HeaderAckWait, HeaderBackoff,
 	HeaderEvery, HeaderCron, HeaderTimeZone, HeaderMisfire, HeaderCatchup, HeaderOverlap, HeaderMaxRuns, HeaderUntil,
-	HeaderJitter}
+	HeaderJitter, HeaderReplace}
 
 func isControlHeader(k string) bool {
 	for _, h := range controlHeaders {

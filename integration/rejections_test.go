@@ -56,6 +56,7 @@ func TestBadInputTable(t *testing.T) {
 		{"series: bad misfire", "ax.schedule.orders", "s5", []string{bridge.HeaderEvery, "1m", bridge.HeaderMisfire, "later"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
 		{"series: overlap allow", "ax.schedule.orders", "s6", []string{bridge.HeaderEvery, "1m", bridge.HeaderOverlap, "allow"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
 		{"series: policy without a spec", "ax.schedule.orders", "s7", []string{bridge.HeaderMaxRuns, "3"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
+		{"replace: not a bool", "ax.schedule.orders", "s8", []string{bridge.HeaderReplace, "yes"}, "x", bridge.CodeBadReplace, "ax.rejected.orders"},
 		{"series: jitter past the interval", "ax.schedule.orders", "s8", []string{bridge.HeaderEvery, "1m", bridge.HeaderJitter, "2m"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
 		{"series: no tick before until", "ax.schedule.orders", "s9", []string{bridge.HeaderEvery, "1h", bridge.HeaderUntil, "1000"}, "x", bridge.CodeBadSeriesPolicy, "ax.rejected.orders"},
 		{"duplicate with different content", "ax.schedule.orders", "dup-1", []string{bridge.HeaderDelay, "1h"}, "second", bridge.CodeDuplicateConflict, "ax.rejected.orders"},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,6 +246,39 @@ func TestSeriesCronStored(t *testing.T) {
 	if e2, _ := e.store.Get(context.Background(), "report-daily"); e2.Task.Series.Cron != "0 0 9 * * *" {
 		t.Errorf("the stored spec changed: %q", e2.Task.Series.Cron)
 	}
+	if w := e.getSeriesView("report-daily")["dst_warning"]; w != nil {
+		t.Errorf("09:00 in Europe/Berlin has a DST warning: %v", w)
+	}
+	// Ax-Replace: true replaces the waiting series with the new spec; 02:30 in Europe/Berlin
+	// falls in next March's spring-forward gap, and get says so.
+	e.schedule("reports", "", bridge.HeaderTaskID, "report-daily", bridge.HeaderCron, "0 30 2 * * *",
+		bridge.HeaderTimeZone, "Europe/Berlin", bridge.HeaderReplace, "true")
+	if !checkFor(5*time.Second, func() bool {
+		e2, err := e.store.Get(context.Background(), "report-daily")
+		return err == nil && e2.Task.Series.Cron == "0 30 2 * * *" && e2.Task.Status == kvstore.StatusWaiting
+	}) {
+		t.Fatal("Ax-Replace: true did not replace the series")
+	}
+	if w, _ := e.getSeriesView("report-daily")["dst_warning"].(string); !strings.Contains(w, "02:30:00") || !strings.Contains(w, "does not exist") {
+		t.Errorf("dst_warning %q, want 02:30 in a spring-forward gap", w)
+	}
+	rejected.none(t, 200*time.Millisecond)
+}
+
+// getSeriesView is the series object of ax.api.task.get, as JSON values.
+func (e *env) getSeriesView(id string) map[string]any {
+	e.t.Helper()
+	m, err := e.nc.Request(bridge.APIGet, []byte(id), 5*time.Second)
+	if err != nil {
+		e.t.Fatalf("get %s: %v", id, err)
+	}
+	var v struct {
+		Series map[string]any `json:"series"`
+	}
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		e.t.Fatalf("get %s: %v in %q", id, err, m.Data)
+	}
+	return v.Series
 }
 
 func mustZone(t *testing.T, name string) *time.Location {
