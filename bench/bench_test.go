@@ -41,7 +41,8 @@ func (b buildOnce) Run() int {
 // fsync-bound intake short; TestBenchTableOutput covers sync always.
 func tinyArgs() []string {
 	return []string{"--nats-server", serverBin, "--sync", "default",
-		"--burst", "200", "--spread", "50", "--pending", "2000", "--lead", "3s"}
+		"--burst", "200", "--spread", "50", "--pending", "2000", "--lead", "3s",
+		"--series-ticks", "3", "--limit-tasks", "300"}
 }
 
 // The whole bench at tiny sizes against nats-server subprocesses: every row is there, with a
@@ -66,7 +67,8 @@ func TestBenchTinyAllRows(t *testing.T) {
 	for _, r := range rep.Rows {
 		got[r.Key] = r
 	}
-	bridgeOnly := map[string]bool{"heap_steady": true, "heap_restart": true, "spread_conflicts": true, "burst_conflicts": true}
+	bridgeOnly := map[string]bool{"heap_steady": true, "heap_restart": true, "spread_conflicts": true, "burst_conflicts": true,
+		"limit_peak": true, "limit_drain": true}
 	for _, d := range rowDefs {
 		r, ok := got[d.key]
 		if !ok {
@@ -82,6 +84,13 @@ func TestBenchTinyAllRows(t *testing.T) {
 		if r.NativeLost+r.NativeEarly+r.BridgeLost+r.BridgeEarly != 0 {
 			t.Errorf("row %s: lost/early native %d/%d bridge %d/%d", d.key, r.NativeLost, r.NativeEarly, r.BridgeLost, r.BridgeEarly)
 		}
+	}
+	// The consumer never held more than max_in_flight, and each tick of the series fired once.
+	if p := got["limit_peak"]; p.Bridge == nil || *p.Bridge > limitMax || *p.Bridge < 1 {
+		t.Errorf("limits: the consumer held %v at once, want 1 to %d", p.Bridge, limitMax)
+	}
+	if s := got["series_ticks"]; s.Bridge == nil || *s.Bridge != 3 || s.Native == nil || *s.Native != 3 {
+		t.Errorf("series ticks: native %v bridge %v, want 3 each", s.Native, s.Bridge)
 	}
 	// Every task of a burst is stored at least once (the schedule itself) on both sides.
 	if w := got["writes"]; w.Native == nil || *w.Native < 1 || w.Bridge == nil || *w.Bridge < 1 {

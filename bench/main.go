@@ -28,18 +28,21 @@ type options struct {
 	spread     int
 	burst      int
 	pending    int
-	payload    int // bytes of every task's body
-	lead       time.Duration
-	only       []string // scenarios to run, in table order
-	json       bool
-	natsServer string
-	logLevel   slog.Level
-	cpuProfile string // file for a CPU profile of the bench process during the pending row's restart
-	burstProf  string // file for a CPU profile of the bench process from the burst's due instant to its last ack
+	// seriesTicks: ticks of the 1s series in the series rows; limitTasks: tasks in the limits rows.
+	seriesTicks int
+	limitTasks  int
+	payload     int // bytes of every task's body
+	lead        time.Duration
+	only        []string // scenarios to run, in table order
+	json        bool
+	natsServer  string
+	logLevel    slog.Level
+	cpuProfile  string // file for a CPU profile of the bench process during the pending row's restart
+	burstProf   string // file for a CPU profile of the bench process from the burst's due instant to its last ack
 }
 
 // scenarios in run and table order; --only also takes the aliases in scenarioAlias.
-var scenarios = []string{"intake", "spread", "burst", "isolation", "pending"}
+var scenarios = []string{"intake", "spread", "burst", "isolation", "series", "limits", "pending"}
 
 var scenarioAlias = map[string]string{
 	"writes": "burst", "drain": "burst", "lateness": "spread",
@@ -61,10 +64,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.intake, "intake", 0, "schedules published in the intake row (default: --burst)")
 	fs.IntVar(&o.spread, "spread", 2000, "tasks spread over 0.5–4 s in the lateness rows")
 	fs.IntVar(&o.burst, "burst", 50000, "tasks due at one instant in the burst and writes rows")
+	fs.IntVar(&o.seriesTicks, "series-ticks", 60, "ticks of the every-second series in the series rows")
+	fs.IntVar(&o.limitTasks, "limit-tasks", 5000, "tasks due at once in the limits rows (max_in_flight 100)")
 	fs.IntVar(&o.pending, "pending", 1000000, "far-future tasks pending in the memory and restart rows")
 	fs.IntVar(&o.payload, "payload-bytes", len(basePayload), "bytes of every task's body, both sides (a small JSON object, padded)")
 	fs.DurationVar(&o.lead, "lead", 0, "time from the start of publishing a burst to its due instant (default: from the intake row's rate)")
-	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), isolation, pending (heap, memory, rss, restart); default all")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), isolation, series, limits, pending (heap, memory, rss, restart); default all")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary to run (default: build the module's nats-server into a temp dir)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the bridge runs in it) from the pending row's restart until its index is loaded")
@@ -81,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("--sync %q: want always or default", o.sync))
 	}
 	o.intake = cmpOr(o.intake, o.burst)
-	for name, v := range map[string]int{"--bridges": o.bridges, "--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending, "--payload-bytes": o.payload} {
+	for name, v := range map[string]int{"--bridges": o.bridges, "--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending, "--payload-bytes": o.payload, "--series-ticks": o.seriesTicks, "--limit-tasks": o.limitTasks} {
 		if v < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: want at least 1", name, v))
 		}
@@ -102,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			s = a
 		}
 		if !slices.Contains(scenarios, s) {
-			errs = append(errs, fmt.Errorf("--only %q: want some of intake, spread, burst, writes, pending, heap, restart", s))
+			errs = append(errs, fmt.Errorf("--only %q: want some of intake, spread, burst, writes, isolation, series, limits, pending, heap, restart", s))
 			continue
 		}
 		picked[s] = true

@@ -49,6 +49,13 @@ func (r *runner) scenario(ctx context.Context, sc, side string) *result {
 		x.err = r.nativeIsolation(ctx, srv, x)
 	case "bridge/isolation":
 		x.err = r.bridgeIsolation(ctx, srv, x)
+	case "native/series":
+		x.err = r.nativeSeries(ctx, srv, x)
+	case "bridge/series":
+		x.err = r.bridgeSeries(ctx, srv, x)
+	case "native/limits": // native schedules have no such bound: no figure
+	case "bridge/limits":
+		x.err = r.bridgeLimits(ctx, srv, x)
 	case "native/pending":
 		x.err = r.nativePending(ctx, srv, x)
 	case "bridge/pending":
