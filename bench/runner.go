@@ -74,7 +74,10 @@ func (r *runner) scenario(ctx context.Context, sc, side string) *result {
 
 // burstLead is how far ahead of the start of publishing the burst's due instant lies: 1.5 times
 // the time the side's intake row needed for that many tasks, plus 5 s; --lead overrides it.
-func (r *runner) burstLead(side string) time.Duration {
+func (r *runner) burstLead(side string) time.Duration { return r.leadFor(side, r.o.burst) }
+
+// leadFor is burstLead for n tasks.
+func (r *runner) leadFor(side string, n int) time.Duration {
 	if r.o.lead > 0 {
 		return r.o.lead
 	}
@@ -82,7 +85,7 @@ func (r *runner) burstLead(side string) time.Duration {
 	if rate <= 0 {
 		rate = 1000 // a cautious guess for fsync on every write
 	}
-	return time.Duration(1.5*float64(r.o.burst)/rate*float64(time.Second)) + 5*time.Second
+	return time.Duration(1.5*float64(n)/rate*float64(time.Second)) + 5*time.Second
 }
 
 // waitFor polls cond every 10 ms until it holds, reporting status every 2 s; it fails once

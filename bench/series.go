@@ -154,7 +154,7 @@ func (r *runner) bridgeLimits(ctx context.Context, srv *serverSet, x *result) er
 	_ = sub.SetPendingLimits(-1, -1)
 	defer func() { _ = sub.Unsubscribe() }()
 	n := r.o.limitTasks
-	due := time.Now().Add(r.burstLead("bridge")).Truncate(time.Millisecond)
+	due := time.Now().Add(r.leadFor("bridge", n)).Truncate(time.Millisecond)
 	if err := publishAll(ctx, r.p, "publish limited", s.nc, n, func(i int) *nats.Msg {
 		return bridgeSchedule(r.payload, "limited", i, func(h nats.Header) {
 			h.Set(bridge.HeaderDeliverAt, strconv.FormatInt(due.UnixMilli(), 10))

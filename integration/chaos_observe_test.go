@@ -49,6 +49,7 @@ type fireSeen struct {
 	firedAt time.Time // Ax-Fired-At: when the firing replica decided to send it (zero if absent)
 	strict  bool      // the replica came from Ax-Replica, not from the reply subject
 	copies  int       // most copies any one observer received
+	run     int       // Ax-Run of a series' occurrence (0: a one-shot task)
 }
 
 // observers are plain subscribers on ax.fire.>, one connection per NATS node, so that a node
@@ -102,6 +103,7 @@ func (o *observers) add(i int, m *nats.Msg, at time.Time) {
 	s := o.seen[k]
 	if s == nil {
 		s = &fireSeen{fireKey: k, due: due, at: at, replica: tok[3]}
+		s.run, _ = strconv.Atoi(m.Header.Get(bridge.HeaderRun))
 		s.firedAt, _ = time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderFiredAt))
 		if r := m.Header.Get(headerReplica); r != "" {
 			s.replica, s.strict = r, true

@@ -59,6 +59,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	origin := r.faults.origin
+	series := publishChaosSeries(t, r.js, origin.Add(window), ackWait)
 	var wg sync.WaitGroup
 	published := make(map[string]time.Time, tasks) // id -> when its publish began
 	var pubMu sync.Mutex
@@ -97,6 +98,7 @@ func TestChaos(t *testing.T) {
 	rep := checkFires(t, ids, r.obs, r.cons, r.faults)
 	checkSpent(t, final, r.obs, r.faults)
 	r.revs.logSettleLag(t, ids, r.obs, r.cons)
+	checkChaosSeries(t, r, series, 60*time.Second)
 	// The due time the bridge fired at is the one the task asked for: delay from the moment the
 	// stream accepted it, which is after its publish began.
 	for id, fs := range r.obs.byTask() {
