@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/axbridge/axbridge/internal/retry"
 	"github.com/axbridge/axbridge/kvstore"
 )
 
@@ -179,15 +180,19 @@ func (s *bizService) Start(ctx context.Context) error {
 	bucket := bizBucket(b)
 	octx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	kv, err := b.js.KeyValue(octx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = b.js.CreateKeyValue(octx, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
-			Description: "ax bridge per-bizType settings (ax.api.biz.set): key = bizType",
-			Storage:     jetstream.FileStorage, Replicas: b.cfg.StreamReplicas})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = b.js.KeyValue(octx, bucket)
+	var kv jetstream.KeyValue
+	err := openRetrying(octx, b, "the bizType settings bucket "+bucket, func(ctx context.Context) (err error) {
+		kv, err = b.js.KeyValue(ctx, bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
+				Description: "ax bridge per-bizType settings (ax.api.biz.set): key = bizType",
+				Storage:     jetstream.FileStorage, Replicas: b.cfg.StreamReplicas})
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				kv, err = b.js.KeyValue(ctx, bucket)
+			}
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("bridge: open the bizType settings bucket %s: %w", bucket, err)
 	}
@@ -260,4 +265,21 @@ func bizBucket(b *Bridge) string {
 		return named.Bucket() + "_BIZ"
 	}
 	return strings.ToUpper(b.cfg.Prefix) + "_TASKS_BIZ"
+}
+
+// openRetrying runs open until it succeeds or ctx ends, at retry.Rewatch's pace: a fresh cluster
+// may not place a replicated bucket at once ("no suitable peers for placement"). It returns the
+// last error.
+func openRetrying(ctx context.Context, b *Bridge, what string, open func(context.Context) error) error {
+	bo := retry.Backoff{Policy: retry.Rewatch}
+	for {
+		err := open(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		b.log.Debug("open; trying again", "what", what, "err", err)
+		if !bo.Next(ctx) {
+			return err
+		}
+	}
 }

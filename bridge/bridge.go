@@ -244,7 +244,11 @@ func (b *Bridge) join(ctx context.Context, cfg membersConfig) error {
 		}
 		bucket = cmp.Or(bucket, strings.ToUpper(b.cfg.Prefix)+"_TASKS_MEMBERS")
 		mctx, cancel := withDefaultTimeout(ctx)
-		m, err := kvstore.OpenMembers(mctx, b.js, kvstore.MembersConfig{Bucket: bucket, Replicas: b.cfg.StreamReplicas})
+		var m *kvstore.Members
+		err := openRetrying(mctx, b, "the members bucket "+bucket, func(ctx context.Context) (err error) {
+			m, err = kvstore.OpenMembers(ctx, b.js, kvstore.MembersConfig{Bucket: bucket, Replicas: b.cfg.StreamReplicas})
+			return err
+		})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("bridge: %w", err)
