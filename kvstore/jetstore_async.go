@@ -34,6 +34,7 @@ type asyncOp struct {
 	err    error                  // failure before or during the publish
 	// finish maps the outcome and calls the caller's done; the waiter calls it exactly once.
 	finish func(ctx context.Context, seq uint64, err error)
+	class  string // the record's bizType: the grouper sends round-robin across them
 }
 
 // CreateAsync is Create without waiting. A conflict on the pipelined create (the key has a record,
@@ -46,7 +47,7 @@ func (s *JetStore) CreateAsync(ctx context.Context, t *Task, done func(Entry, er
 	if err == nil {
 		tc, m = *t, s.putMsg(t, key, val, 0)
 	}
-	s.submit(ctx, m, err, func(ctx context.Context, seq uint64, err error) {
+	s.submit(ctx, classOf(t), m, err, func(ctx context.Context, seq uint64, err error) {
 		switch {
 		case err == nil:
 			done(Entry{Task: tc, Revision: seq}, nil)
@@ -67,7 +68,7 @@ func (s *JetStore) UpdateAsync(ctx context.Context, t *Task, rev uint64, done fu
 	if err == nil {
 		m = s.putMsg(t, key, val, rev)
 	}
-	s.submit(ctx, m, err, func(ctx context.Context, seq uint64, err error) {
+	s.submit(ctx, classOf(t), m, err, func(ctx context.Context, seq uint64, err error) {
 		if m != nil && keyBusy(err) { // not stored: ask again, synchronously (casPublish)
 			var ack *jetstream.PubAck
 			if ack, err = s.casPublish(ctx, s.putMsg(t, key, val, rev)); err == nil {
@@ -92,7 +93,7 @@ func (s *JetStore) DeleteAsync(ctx context.Context, id string, rev uint64, done 
 	if err == nil {
 		m = s.purgeMsg(Key(id, s.cfg.Partitions), rev)
 	}
-	s.submit(ctx, m, err, func(ctx context.Context, _ uint64, err error) {
+	s.submit(ctx, "", m, err, func(ctx context.Context, _ uint64, err error) {
 		if m != nil && keyBusy(err) { // not stored: ask again, synchronously (casPublish)
 			_, err = s.casPublish(ctx, s.purgeMsg(Key(id, s.cfg.Partitions), rev))
 		}
@@ -104,9 +105,10 @@ func (s *JetStore) DeleteAsync(ctx context.Context, id string, rev uint64, done 
 }
 
 // submit starts the write m (unless err is already set): into the grouper if the store groups
-// its writes (jetstore_group.go), else as a single pipelined publish.
-func (s *JetStore) submit(ctx context.Context, m *nats.Msg, err error, finish func(context.Context, uint64, error)) {
-	op := &asyncOp{err: err, finish: finish}
+// its writes (jetstore_group.go), else as a single pipelined publish. class is the record's
+// bizType, by which the grouper takes turns.
+func (s *JetStore) submit(ctx context.Context, class string, m *nats.Msg, err error, finish func(context.Context, uint64, error)) {
+	op := &asyncOp{err: err, finish: finish, class: class}
 	op.ctx, op.cancel = withTimeout(ctx, s.cfg.Timeout)
 
 	s.mu.Lock()
@@ -237,4 +239,12 @@ func (s *JetStore) Close() error {
 	s.mu.Unlock()
 	s.ops.Wait()
 	return nil
+}
+
+// classOf is the class the grouper takes turns by: t's bizType ("" for none).
+func classOf(t *Task) string {
+	if t == nil {
+		return ""
+	}
+	return t.BizType
 }
