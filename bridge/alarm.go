@@ -21,6 +21,8 @@ const (
 	DefaultAlarmP99 = time.Second
 	// DefaultAlarmWindow is Config.AlarmWindow when it is 0.
 	DefaultAlarmWindow = time.Minute
+	// DefaultAlarmOverdue is Config.AlarmOverdue when it is 0.
+	DefaultAlarmOverdue = time.Minute
 	// alarmReports is how many reports a replica sends per window.
 	alarmReports = 12
 	// lateSteps per doubling: a bucket's bound is 2^(1/4) times the one before, so a p99 is
@@ -47,17 +49,19 @@ func lateBound(i int) time.Duration {
 type lateReport struct {
 	Replica string                `json:"replica"`
 	Biz     map[string][][2]int64 `json:"biz"`
+	Overdue map[string]int64      `json:"overdue,omitempty"` // by bizType: its longest wait past due, ms
 }
 
 // alarmEvent is what <prefix>.alarm.<bizType> carries.
 type alarmEvent struct {
-	Alarm     string `json:"alarm"` // lateness
+	Alarm     string `json:"alarm"` // lateness or overdue
 	BizType   string `json:"biz_type"`
-	State     string `json:"state"` // firing or resolved
-	P99       string `json:"p99"`
+	State     string `json:"state"`            // firing or resolved
+	P99       string `json:"p99,omitempty"`    // lateness
+	Oldest    string `json:"oldest,omitempty"` // overdue: the longest a task waited past due
 	Threshold string `json:"threshold"`
 	Since     string `json:"since"`
-	Samples   int64  `json:"samples"`
+	Samples   int64  `json:"samples,omitempty"`
 	Replica   string `json:"replica"` // the housekeeper that spoke
 }
 
@@ -66,8 +70,17 @@ type alarms struct {
 	mu      sync.Mutex
 	cur     map[string]*[lateBuckets]int64 // this replica's counts since its last report
 	heard   []heardReport                  // everyone's reports within the window
-	firing  map[string]alarmEvent          // bizTypes whose alarm fires
-	lastOut map[string]time.Time           // when a firing bizType's p99 was last over (monotonic)
+	overdue map[string]heardOverdue        // by replica: its latest overdue figures
+	firing  map[alarmKey]alarmEvent        // alarms that fire
+	lastOut map[alarmKey]time.Time         // when a firing alarm's figure was last over (monotonic)
+}
+
+// alarmKey names one alarm: its kind (lateness, overdue) and bizType.
+type alarmKey struct{ kind, biz string }
+
+type heardOverdue struct {
+	at   time.Time
+	ages map[string]int64
 }
 
 type heardReport struct {
@@ -76,7 +89,8 @@ type heardReport struct {
 }
 
 func newAlarms() *alarms {
-	return &alarms{cur: map[string]*[lateBuckets]int64{}, firing: map[string]alarmEvent{}, lastOut: map[string]time.Time{}}
+	return &alarms{cur: map[string]*[lateBuckets]int64{}, overdue: map[string]heardOverdue{},
+		firing: map[alarmKey]alarmEvent{}, lastOut: map[alarmKey]time.Time{}}
 }
 
 // observe counts one fire's lateness.
@@ -112,6 +126,24 @@ func (a *alarms) hear(r lateReport, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.heard = append(a.heard, heardReport{at: now, biz: r.Biz})
+	a.overdue[r.Replica] = heardOverdue{at: now, ages: r.Overdue}
+}
+
+// oldest is, by bizType, the longest wait past due that any replica reported within fresh.
+func (a *alarms) oldest(now time.Time, fresh time.Duration) map[string]time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]time.Duration{}
+	for r, h := range a.overdue {
+		if now.Sub(h.at) > fresh {
+			delete(a.overdue, r)
+			continue
+		}
+		for biz, ms := range h.ages {
+			out[biz] = max(out[biz], time.Duration(ms)*time.Millisecond)
+		}
+	}
+	return out
 }
 
 // p99s merges the reports heard within window before now (dropping older ones) and returns each
@@ -179,7 +211,9 @@ func (b *Bridge) alarmLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		data, _ := json.Marshal(b.alarm.take(b.cfg.ReplicaID))
+		rep := b.alarm.take(b.cfg.ReplicaID)
+		rep.Overdue = b.overdueAges(time.Now())
+		data, _ := json.Marshal(rep)
 		if err := b.nc.Publish(b.cfg.subj.stats+"lateness", data); err != nil {
 			b.log.Debug("publish lateness report", "err", err)
 		}
@@ -187,6 +221,20 @@ func (b *Bridge) alarmLoop(ctx context.Context) {
 			b.judgeAlarms(time.Now())
 		}
 	}
+}
+
+// overdueAges is, by bizType, how long this replica's most overdue task has waited (ms), from the
+// loop's latest figures.
+func (b *Bridge) overdueAges(now time.Time) map[string]int64 {
+	p := b.oldestDue.Load()
+	if p == nil || len(*p) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(*p))
+	for biz, due := range *p {
+		out[biz] = max(now.UnixMilli()-due, 0)
+	}
+	return out
 }
 
 // alarmThreshold is bizType's threshold: its alarm_p99, else Config.AlarmP99; ≤ 0 is off.

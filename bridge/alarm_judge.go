@@ -7,58 +7,69 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// judgeAlarms is the housekeeper's round: a bizType whose p99 over the window passes its
-// threshold starts firing; a firing one whose p99 stayed at or under it for a whole window (or
-// whose threshold was turned off) resolves.
+// judgeAlarms is the housekeeper's round: an alarm whose figure passes its threshold starts
+// firing (lateness: a bizType's p99 over the window; overdue: the longest any replica's task of
+// it has waited past due); a firing one whose figure stayed at or under it for a whole window
+// (or whose threshold was turned off) resolves.
 func (b *Bridge) judgeAlarms(now time.Time) {
 	a := b.alarm
 	window := b.cfg.AlarmWindow
-	stats := a.p99s(now, window)
-	for biz, s := range stats {
-		th := b.alarmThreshold(biz)
-		if th <= 0 || s.p99 <= th {
+	figures := map[alarmKey]alarmEvent{} // this round's figure of each alarm that has one
+	over := map[alarmKey]bool{}
+	for biz, s := range a.p99s(now, window) {
+		k, th := alarmKey{"lateness", biz}, b.alarmThreshold(biz)
+		figures[k] = alarmEvent{P99: roundLate(s.p99), Threshold: th.String(), Samples: s.n}
+		over[k] = th > 0 && s.p99 > th
+	}
+	for biz, age := range a.oldest(now, 3*window/alarmReports) {
+		k, th := alarmKey{"overdue", biz}, b.cfg.AlarmOverdue
+		figures[k] = alarmEvent{Oldest: age.Round(time.Millisecond).String(), Threshold: th.String()}
+		over[k] = th > 0 && age > th
+	}
+	var send []alarmEvent
+	a.mu.Lock()
+	for k, isOver := range over {
+		if !isOver {
 			continue
 		}
-		a.mu.Lock()
-		a.lastOut[biz] = now
-		_, firing := a.firing[biz]
-		a.mu.Unlock()
-		if !firing {
-			b.sendAlarm(alarmEvent{BizType: biz, State: "firing", P99: roundLate(s.p99), Threshold: th.String(),
-				Since: now.UTC().Format(DueAtLayout), Samples: s.n}, now)
+		a.lastOut[k] = now
+		if _, firing := a.firing[k]; !firing {
+			ev := figures[k]
+			ev.Alarm, ev.BizType, ev.State, ev.Since = k.kind, k.biz, "firing", now.UTC().Format(DueAtLayout)
+			send = append(send, ev)
 		}
 	}
-	a.mu.Lock()
-	var resolve []alarmEvent
-	for biz, ev := range a.firing {
-		th := b.alarmThreshold(biz)
-		if s, ok := stats[biz]; th > 0 && ok && s.p99 > th || th > 0 && now.Sub(a.lastOut[biz]) < window {
+	for k := range a.firing {
+		th := b.cfg.AlarmOverdue
+		if k.kind == "lateness" {
+			th = b.alarmThreshold(k.biz)
+		}
+		if th > 0 && (over[k] || now.Sub(a.lastOut[k]) < window) {
 			continue
 		}
-		s := stats[biz]
-		ev.State, ev.P99, ev.Threshold, ev.Samples = "resolved", roundLate(s.p99), th.String(), s.n
-		ev.Since = now.UTC().Format(DueAtLayout)
-		resolve = append(resolve, ev)
+		ev := figures[k]
+		ev.Alarm, ev.BizType, ev.State, ev.Since, ev.Threshold = k.kind, k.biz, "resolved", now.UTC().Format(DueAtLayout), th.String()
+		send = append(send, ev)
 	}
 	a.mu.Unlock()
-	for _, ev := range resolve {
+	for _, ev := range send {
 		b.sendAlarm(ev, now)
 	}
 }
 
 // sendAlarm publishes ev on <prefix>.alarm.<bizType> and applies it here at once.
 func (b *Bridge) sendAlarm(ev alarmEvent, now time.Time) {
-	ev.Alarm, ev.Replica = "lateness", b.cfg.ReplicaID
+	ev.Replica = b.cfg.ReplicaID
 	data, _ := json.Marshal(ev)
 	if err := b.nc.Publish(b.cfg.subj.alarm+ev.BizType, data); err != nil {
 		b.log.Warn("publish alarm", "biz_type", ev.BizType, "err", err)
 		return
 	}
 	if ev.State == "firing" {
-		b.log.Warn("lateness alarm: p99 over the threshold", "biz_type", ev.BizType, "p99", ev.P99,
-			"threshold", ev.Threshold, "samples", ev.Samples, "window", b.cfg.AlarmWindow)
+		b.log.Warn(ev.Alarm+" alarm firing: over the threshold", "biz_type", ev.BizType, "p99", ev.P99,
+			"oldest", ev.Oldest, "threshold", ev.Threshold, "samples", ev.Samples, "window", b.cfg.AlarmWindow)
 	} else {
-		b.log.Info("lateness alarm resolved", "biz_type", ev.BizType, "p99", ev.P99, "threshold", ev.Threshold)
+		b.log.Info(ev.Alarm+" alarm resolved", "biz_type", ev.BizType, "p99", ev.P99, "oldest", ev.Oldest, "threshold", ev.Threshold)
 	}
 	b.heardAlarm(ev, now)
 }
@@ -66,21 +77,22 @@ func (b *Bridge) sendAlarm(ev alarmEvent, now time.Time) {
 // heardAlarm applies an alarm event, this replica's own or the housekeeper's.
 func (b *Bridge) heardAlarm(ev alarmEvent, now time.Time) {
 	a := b.alarm
+	k := alarmKey{ev.Alarm, ev.BizType}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch ev.State {
 	case "firing":
-		if _, ok := a.firing[ev.BizType]; !ok {
-			a.firing[ev.BizType] = ev
-			if last, ok := a.lastOut[ev.BizType]; !ok || last.Before(now) {
-				a.lastOut[ev.BizType] = now
+		if _, ok := a.firing[k]; !ok {
+			a.firing[k] = ev
+			if last, ok := a.lastOut[k]; !ok || last.Before(now) {
+				a.lastOut[k] = now
 			}
 		}
-		b.m.alarmActive.WithLabelValues(ev.BizType).Set(1)
+		b.m.alarmActive.WithLabelValues(ev.BizType, ev.Alarm).Set(1)
 	case "resolved":
-		delete(a.firing, ev.BizType)
-		delete(a.lastOut, ev.BizType)
-		b.m.alarmActive.WithLabelValues(ev.BizType).Set(0)
+		delete(a.firing, k)
+		delete(a.lastOut, k)
+		b.m.alarmActive.WithLabelValues(ev.BizType, ev.Alarm).Set(0)
 	}
 }
 

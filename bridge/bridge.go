@@ -101,18 +101,19 @@ type Bridge struct {
 
 	// Membership and ownership (members.go, package membership). Written by the membership
 	// goroutine through its callbacks unless said otherwise.
-	members     Membership                 // set by New or Start's join
-	own         atomic.Pointer[ownership]  // read by everyone
-	ownChanged  chan struct{}              // membership goroutine → loop: the owned set changed (capacity 1)
-	house       atomic.Bool                // this replica is the housekeeper; read by the purge loop and metrics
-	liveMembers atomic.Int64               // live replicas in this replica's view, itself included
-	rank        atomic.Int64               // this replica's place among them, sorted by id
-	biz         *bizTable                  // the bizType settings (biz.go)
-	alarm       *alarms                    // the lateness alarm's counts and state (alarm.go)
-	ackSub      map[int]*nats.Subscription // ack subscriptions by partition; read by Stop once the member stopped
-	member      *membership.Member         // set by Start, stopped by Stop
-	membersRun  sync.WaitGroup             // the intake purge loop
-	stopMembers context.CancelFunc         // ends it
+	members     Membership                       // set by New or Start's join
+	own         atomic.Pointer[ownership]        // read by everyone
+	ownChanged  chan struct{}                    // membership goroutine → loop: the owned set changed (capacity 1)
+	house       atomic.Bool                      // this replica is the housekeeper; read by the purge loop and metrics
+	liveMembers atomic.Int64                     // live replicas in this replica's view, itself included
+	rank        atomic.Int64                     // this replica's place among them, sorted by id
+	biz         *bizTable                        // the bizType settings (biz.go)
+	alarm       *alarms                          // the lateness alarm's counts and state (alarm.go)
+	oldestDue   atomic.Pointer[map[string]int64] // by bizType: its most overdue task's due time; written by the loop
+	ackSub      map[int]*nats.Subscription       // ack subscriptions by partition; read by Stop once the member stopped
+	member      *membership.Member               // set by Start, stopped by Stop
+	membersRun  sync.WaitGroup                   // the intake purge loop
+	stopMembers context.CancelFunc               // ends it
 }
 
 // lifecycle is a Bridge's state: new → starting → running → stopping → stopped.

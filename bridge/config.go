@@ -133,6 +133,10 @@ type Config struct {
 	// that it must stay under the threshold to resolve (default DefaultAlarmWindow).
 	AlarmP99    time.Duration
 	AlarmWindow time.Duration
+	// AlarmOverdue: the overdue alarm fires for a bizType once one of its tasks (not paused) has
+	// waited this long past its due time without a fire (default DefaultAlarmOverdue; negative: no
+	// alarm).
+	AlarmOverdue time.Duration
 
 	// Registerer receives the bridge's Prometheus metrics (default: none are exported).
 	Registerer prometheus.Registerer
@@ -180,6 +184,7 @@ func (c Config) withDefaults() Config {
 	c.PartitionLease = cmp.Or(c.PartitionLease, 5*time.Second)
 	c.AlarmP99 = cmp.Or(c.AlarmP99, DefaultAlarmP99)
 	c.AlarmWindow = cmp.Or(c.AlarmWindow, DefaultAlarmWindow)
+	c.AlarmOverdue = cmp.Or(c.AlarmOverdue, DefaultAlarmOverdue)
 	c.Workers = cmp.Or(c.Workers, 256)
 	c.AckWorkers = cmp.Or(c.AckWorkers, 256)
 	c.MaxClaims = cmp.Or(c.MaxClaims, DefaultMaxClaims)

@@ -206,6 +206,8 @@ func (l *loopState) stats() {
 	n, oldest := l.c.Overdue()
 	m.loop.overdue.Set(float64(n))
 	m.loop.pausedDue.Set(float64(l.c.PausedDue()))
+	byBiz := l.c.OldestDue()
+	l.b.oldestDue.Store(&byBiz)
 	age := 0.0
 	if n > 0 {
 		age = float64(l.now.Ms-oldest) / 1000

@@ -298,3 +298,63 @@ func TestLatenessAlarmFiresAndResolvesOnce(t *testing.T) {
 		t.Errorf("an alarm after resolved: %+v", ev)
 	}
 }
+
+// The overdue alarm: with max_in_flight 1 and the first fire held unacked, the bizType's other
+// tasks wait past their due time; past --alarm-overdue (500ms here) ax.alarm.held1 says overdue
+// firing, and once the fire is acked and the rest went out, resolved, each once.
+func TestOverdueAlarmFiresAndResolves(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startBridge(bridge.Config{AlarmWindow: 2 * time.Second, AlarmOverdue: 500 * time.Millisecond, AlarmP99: -1})
+	e.bizSet(`{"biz_type":"held1","max_in_flight":1}`)
+	alarms, err := e.nc.SubscribeSync(bridge.AlarmPrefix + "held1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var first *nats.Msg
+	e.consume("ax.fire.held1", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = m // held: the other tasks wait behind max_in_flight 1
+			return
+		}
+		_ = m.Ack()
+	})
+	for i := range 5 {
+		e.schedule("held1", "", bridge.HeaderTaskID, fmt.Sprintf("h-%d", i), bridge.HeaderDelay, "100ms")
+	}
+	next := func(within time.Duration) (map[string]any, bool) {
+		m, err := alarms.NextMsg(within)
+		if err != nil {
+			return nil, false
+		}
+		var ev map[string]any
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatalf("alarm %q: %v", m.Data, err)
+		}
+		t.Logf("alarm: %s", m.Data)
+		return ev, true
+	}
+	ev, ok := next(10 * time.Second)
+	if !ok || ev["alarm"] != "overdue" || ev["state"] != "firing" || ev["threshold"] != "500ms" {
+		t.Fatalf("first alarm %v (%v), want overdue firing", ev, ok)
+	}
+	if d, err := time.ParseDuration(ev["oldest"].(string)); err != nil || d <= 500*time.Millisecond {
+		t.Errorf("oldest %v, want over the threshold", ev["oldest"])
+	}
+	mu.Lock()
+	_ = first.Ack()
+	mu.Unlock()
+	for i := range 5 {
+		e.waitStatus(fmt.Sprintf("h-%d", i), kvstore.StatusSuccess, 10*time.Second)
+	}
+	ev, ok = next(10 * time.Second)
+	if !ok || ev["alarm"] != "overdue" || ev["state"] != "resolved" {
+		t.Fatalf("second alarm %v (%v), want overdue resolved", ev, ok)
+	}
+	if ev, ok := next(3 * time.Second); ok {
+		t.Errorf("an alarm after resolved: %v", ev)
+	}
+}

@@ -27,7 +27,7 @@ type options struct {
 	partitionLease                              time.Duration
 	maxRetry                                    int
 	ackWait, retention                          time.Duration
-	alarmP99                                    time.Duration
+	alarmP99, alarmOverdue                      time.Duration
 	pastTolerance, maxHorizon                   time.Duration
 	backoff                                     string
 
@@ -94,6 +94,7 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	o.writeBatch = kvstore.DefaultBatchMax
 	fs.Var((*kvstore.BatchMaxFlag)(&o.writeBatch), "write-batch", "store writes (claims, acks, creates) grouped into one atomic batch publish: auto, or 1-1000; 1 sends each on its own. auto sends each on its own while they keep up, and batches of up to 1000 while writes queue behind single writes that batches beat by far (a single NATS server with sync_interval: always); see bench/README.md")
 	fs.DurationVar(&o.alarmP99, "alarm-p99", bridge.DefaultAlarmP99, "lateness alarm: when a bizType's p99 lateness over the last minute passes this, ax.alarm.<bizType> says firing (and resolved once it stays under for a minute); a bizType's alarm_p99 setting wins; negative: no alarm")
+	fs.DurationVar(&o.alarmOverdue, "alarm-overdue", bridge.DefaultAlarmOverdue, "overdue alarm: when a task of a bizType (not paused) has waited this long past its due time without a fire, ax.alarm.<bizType> says firing (alarm overdue), and resolved once none has for a minute; negative: no alarm")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on http://<addr>/metrics; empty disables")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (colour on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		LeaseSkew: o.leaseSkew, ReconcileInterval: o.reconcileInterval, IntakeMaxDeliver: o.intakeMaxDeliver,
 		PartitionLease:  o.partitionLease,
 		MaxPreReadTasks: o.preReadTasks, MaxPreReadBytes: o.preReadBytes, MaxClaims: o.maxClaims,
-		AlarmP99: o.alarmP99, Logger: log,
+		AlarmP99: o.alarmP99, AlarmOverdue: o.alarmOverdue, Logger: log,
 	}
 	if err := cfg.Validate(); err != nil { // before anything starts
 		return err

@@ -206,3 +206,18 @@ func (c *Core) trackLost() {
 		}
 	}
 }
+
+// OldestDue is, by bizType with a lane of its own, the due time (UTC Unix ms) of its most overdue
+// fire still indexed, for those with one due by now and not paused (the overdue alarm).
+func (c *Core) OldestDue() map[string]int64 {
+	out := map[string]int64{}
+	for biz, q := range c.idx.lanes {
+		if c.idx.shared[biz] || c.paused(q) {
+			continue
+		}
+		if due, ok := c.idx.x.PeekDue(q); ok && due <= c.now.Ms {
+			out[biz] = due
+		}
+	}
+	return out
+}

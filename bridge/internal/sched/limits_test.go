@@ -53,7 +53,13 @@ func TestLimitPauseHoldsOnlyItsBizType(t *testing.T) {
 	if n, _ := c.Overdue(); n != 0 || c.PausedDue() != 10 {
 		t.Fatalf("overdue %d and %d paused, want 0 and 10", n, c.PausedDue())
 	}
+	if old := c.OldestDue(); len(old) != 0 {
+		t.Fatalf("oldest due %v, want none: lim is paused and free went out", old)
+	}
 	c.SetLimits(map[string]Limit{"lim": NoLimit})
+	if old := c.OldestDue(); old["lim"] != c.now.Ms-1 {
+		t.Fatalf("resumed: oldest due %v, want lim's", old)
+	}
 	c.Take(true, true)
 	if got := takeAll(c); got["lim"] != 10 {
 		t.Fatalf("resumed: took %v, want 10 lim", got)
