@@ -28,13 +28,7 @@ func TestSeriesMisfireAfterKill9(t *testing.T) {
 		t.Fatal("the series did not fire before the kill")
 	}
 	// Kill while both wait for a tick: their last occurrences settled, their next ticks not claimed.
-	// Far enough (300 ms) from the next claim that the kill cannot land in it.
-	waits := func(id string, l *seriesLog) bool {
-		r, err := e.store.Get(context.Background(), id)
-		return err == nil && r.Task.Status == kvstore.StatusWaiting && r.Task.Series.Run == l.count()+1 &&
-			time.Until(time.UnixMilli(r.Task.DueAt)) > 300*time.Millisecond
-	}
-	if !checkFor(10*time.Second, func() bool { return waits("mis-once", once) && waits("mis-skip", skip) }) {
+	if !checkFor(10*time.Second, func() bool { return bothWait(e, once, skip) }) {
 		t.Fatal("the series never both waited")
 	}
 	p.kill9(t)
@@ -47,6 +41,13 @@ func TestSeriesMisfireAfterKill9(t *testing.T) {
 	if !checkFor(15*time.Second, func() bool { return once.count() >= firedOnce+3 && skip.count() >= firedSkip+3 }) {
 		t.Fatalf("the series did not go on: %d and %d fires after the restart", once.count()-firedOnce, skip.count()-firedSkip)
 	}
+	checkOutageFires(t, e, once, skip, killed, restarted)
+}
+
+// checkOutageFires checks the two series of an outage from down to up: no tick fired twice or
+// early, one fire for the outage's ticks under fire-once and none under skip, and get's counts.
+func checkOutageFires(t *testing.T, e *env, once, skip *seriesLog, down, up time.Time) {
+	t.Helper()
 	for name, l := range map[string]*seriesLog{"fire-once": once, "skip": skip} {
 		fires := l.snapshot()
 		seen := map[time.Time]bool{}
@@ -61,7 +62,7 @@ func TestSeriesMisfireAfterKill9(t *testing.T) {
 		}
 		var during int // fires for ticks of the outage, after the kill
 		for _, f := range fires {
-			if f.tick.After(killed) && f.tick.Before(restarted) {
+			if f.tick.After(down) && f.tick.Before(up) {
 				during++
 			}
 		}
@@ -78,4 +79,45 @@ func TestSeriesMisfireAfterKill9(t *testing.T) {
 	if g.Series.Missed < 4 || g.Series.Coalesced != 0 {
 		t.Errorf("skip: missed %d coalesced %d, want at least 4 missed", g.Series.Missed, g.Series.Coalesced)
 	}
+}
+
+// bothWait reports whether both series wait for their next tick, their last occurrences settled,
+// far enough (300 ms) from the next claim that an outage starting now cannot land in it.
+func bothWait(e *env, once, skip *seriesLog) bool {
+	waits := func(id string, l *seriesLog) bool {
+		r, err := e.store.Get(context.Background(), id)
+		return err == nil && r.Task.Status == kvstore.StatusWaiting && r.Task.Series.Run == l.count()+1 &&
+			time.Until(time.UnixMilli(r.Task.DueAt)) > 300*time.Millisecond
+	}
+	return waits("mis-once", once) && waits("mis-skip", skip)
+}
+
+// The same across an outage of NATS itself: the only server is shut down for 5 s and started
+// again on its store while the in-process bridge runs; under fire-once the ticks missed meanwhile
+// fire as one occurrence, under skip none, and both series go on.
+func TestSeriesMisfireAcrossNATSOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startBridge(bridge.Config{})
+	once := e.consumeSeries("ax.fire.once", nil)
+	skip := e.consumeSeries("ax.fire.skip", nil)
+	e.schedule("once", "", bridge.HeaderTaskID, "mis-once", bridge.HeaderEvery, "1s", bridge.HeaderDelay, "500ms")
+	e.schedule("skip", "", bridge.HeaderTaskID, "mis-skip", bridge.HeaderEvery, "1s", bridge.HeaderDelay, "500ms",
+		bridge.HeaderMisfire, "skip")
+	if !checkFor(10*time.Second, func() bool { return once.count() >= 2 && skip.count() >= 2 }) {
+		t.Fatal("the series did not fire before the outage")
+	}
+	if !checkFor(10*time.Second, func() bool { return bothWait(e, once, skip) }) {
+		t.Fatal("the series never both waited")
+	}
+	e.srv.Shutdown()
+	down := time.Now()
+	firedOnce, firedSkip := once.count(), skip.count()
+	<-time.After(5 * time.Second) // the outage
+	up := time.Now()
+	e.srv.Restart(t)
+	if !checkFor(20*time.Second, func() bool { return once.count() >= firedOnce+3 && skip.count() >= firedSkip+3 }) {
+		t.Fatalf("the series did not go on: %d and %d fires after NATS came back", once.count()-firedOnce, skip.count()-firedSkip)
+	}
+	checkOutageFires(t, e, once, skip, down, up)
 }
