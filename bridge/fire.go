@@ -71,6 +71,13 @@ func (b *Bridge) fire(ctx context.Context, j job) {
 			Unsure: unsure})
 		return
 	}
+	if !b.nc.IsConnected() {
+		// A claim written now would wait in the reconnect buffer and land after the outage, with
+		// the misfire policy judged by a time long past (a tick of the outage fired under skip):
+		// try again once the connection is back.
+		b.report(result{ID: j.ID, Rev: e.Revision, Kind: jobFire, At: b.retryAt(), Retry: true, Unsure: unsure})
+		return
+	}
 	next, fire := kvstore.Misfire(e.Task, nowMs) // a one-shot task comes back as it is
 	if !fire {
 		b.commit(ctx, j, e, &next) // no occurrence for the missed ticks: the series waits for its next
