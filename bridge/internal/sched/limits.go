@@ -29,7 +29,8 @@ type Limit struct {
 	Paused bool
 	// MaxInFlight: this replica's share of the attempts in flight; -1: no bound.
 	MaxInFlight int
-	// Rate and Burst: this replica's share of the fires per second; Rate -1: no bound.
+	// Rate and Burst: this replica's share of the fires per second; Rate -1: no bound, 0: none
+	// (a share of 0 takes no fire at all, not even a burst).
 	Rate  float64
 	Burst int
 }
@@ -116,7 +117,7 @@ func (c *Core) open(q int) bool {
 		return false
 	case bl.MaxInFlight >= 0 && (c.loading || c.inFlightFull(bl)):
 		return false
-	case bl.rl != nil && bl.rl.TokensAt(c.now.Mono) < 1:
+	case bl.rl != nil && (bl.Rate <= 0 || bl.rl.TokensAt(c.now.Mono) < 1): // a share of 0 takes none, not a burst
 		return false
 	}
 	return true
@@ -149,6 +150,8 @@ func (c *Core) opensAt(q int, due int64) (int64, bool) {
 	case bl == nil:
 		return due, true
 	case bl.Paused, bl.MaxInFlight >= 0 && (c.loading || c.inFlightFull(bl)):
+		return 0, false
+	case bl.rl != nil && bl.Rate <= 0:
 		return 0, false
 	case bl.rl != nil:
 		tok := bl.rl.TokensAt(c.now.Mono)

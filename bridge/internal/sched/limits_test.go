@@ -153,3 +153,17 @@ func TestLimitRate(t *testing.T) {
 		t.Fatalf("a second later: took %v, want 2 lim", got)
 	}
 }
+
+// A rate share of 0 (a replica that just joined, say) takes no fire, not even its burst.
+func TestLimitRateShareZeroTakesNone(t *testing.T) {
+	t.Parallel()
+	c, _ := limitCore(t, 5)
+	c.SetLimits(map[string]Limit{"lim": {MaxInFlight: -1, Rate: 0, Burst: 3}})
+	c.Take(true, true)
+	if got := takeAll(c); got["lim"] != 0 || got["free"] != 5 {
+		t.Fatalf("took %v, want no lim and 5 free", got)
+	}
+	if d := c.Wait(true, time.Second); d != time.Second {
+		t.Fatalf("wait %v, want the limit: nothing can be taken", d)
+	}
+}
