@@ -146,12 +146,15 @@ func (a *alarms) oldest(now time.Time, fresh time.Duration) map[string]time.Dura
 	return out
 }
 
-// p99s merges the reports heard within window before now (dropping older ones) and returns each
-// bizType's p99 and sample count.
-func (a *alarms) p99s(now time.Time, window time.Duration) map[string]struct {
+// lateStat is a bizType's lateness over a window: its p99 and how many fires it is of.
+type lateStat struct {
 	p99 time.Duration
 	n   int64
-} {
+}
+
+// p99s merges the reports heard within window before now (dropping older ones) and returns each
+// bizType's p99 and sample count.
+func (a *alarms) p99s(now time.Time, window time.Duration) map[string]lateStat {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	kept := a.heard[:0]
@@ -176,10 +179,7 @@ func (a *alarms) p99s(now time.Time, window time.Duration) map[string]struct {
 	}
 	clear(a.heard[len(kept):])
 	a.heard = kept
-	out := make(map[string]struct {
-		p99 time.Duration
-		n   int64
-	}, len(sum))
+	out := make(map[string]lateStat, len(sum))
 	for biz, c := range sum {
 		var total int64
 		for _, n := range c {
@@ -188,10 +188,7 @@ func (a *alarms) p99s(now time.Time, window time.Duration) map[string]struct {
 		rank, seen := int64(math.Ceil(float64(total)*0.99)), int64(0)
 		for i, n := range c {
 			if seen += n; seen >= rank {
-				out[biz] = struct {
-					p99 time.Duration
-					n   int64
-				}{lateBound(i), total}
+				out[biz] = lateStat{lateBound(i), total}
 				break
 			}
 		}
@@ -237,9 +234,13 @@ func (b *Bridge) overdueAges(now time.Time) map[string]int64 {
 	return out
 }
 
-// alarmThreshold is bizType's threshold: its alarm_p99, else Config.AlarmP99; ≤ 0 is off.
-func (b *Bridge) alarmThreshold(bizType string) time.Duration {
-	if s := b.biz.get(bizType).AlarmP99; s != "" {
+// alarmThreshold is k's threshold (≤ 0 is off): for lateness the bizType's alarm_p99, else
+// Config.AlarmP99; for overdue Config.AlarmOverdue.
+func (b *Bridge) alarmThreshold(k alarmKey) time.Duration {
+	if k.kind == "overdue" {
+		return b.cfg.AlarmOverdue
+	}
+	if s := b.biz.get(k.biz).AlarmP99; s != "" {
 		if d, err := parseDuration(s); err == nil {
 			return d
 		}

@@ -17,12 +17,14 @@ func (b *Bridge) judgeAlarms(now time.Time) {
 	figures := map[alarmKey]alarmEvent{} // this round's figure of each alarm that has one
 	over := map[alarmKey]bool{}
 	for biz, s := range a.p99s(now, window) {
-		k, th := alarmKey{"lateness", biz}, b.alarmThreshold(biz)
+		k := alarmKey{"lateness", biz}
+		th := b.alarmThreshold(k)
 		figures[k] = alarmEvent{P99: roundLate(s.p99), Threshold: th.String(), Samples: s.n}
 		over[k] = th > 0 && s.p99 > th
 	}
 	for biz, age := range a.oldest(now, 3*window/alarmReports) {
-		k, th := alarmKey{"overdue", biz}, b.cfg.AlarmOverdue
+		k := alarmKey{"overdue", biz}
+		th := b.alarmThreshold(k)
 		figures[k] = alarmEvent{Oldest: age.Round(time.Millisecond).String(), Threshold: th.String()}
 		over[k] = th > 0 && age > th
 	}
@@ -40,10 +42,7 @@ func (b *Bridge) judgeAlarms(now time.Time) {
 		}
 	}
 	for k := range a.firing {
-		th := b.cfg.AlarmOverdue
-		if k.kind == "lateness" {
-			th = b.alarmThreshold(k.biz)
-		}
+		th := b.alarmThreshold(k)
 		if th > 0 && (over[k] || now.Sub(a.lastOut[k]) < window) {
 			continue
 		}

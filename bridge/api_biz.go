@@ -40,11 +40,7 @@ func (b *Bridge) addBizEndpoints(ctx context.Context, svc micro.Service) error {
 
 // apiBizSet applies a partial update by CAS on the bizType's key and answers with the result.
 func (b *Bridge) apiBizSet(ctx context.Context, r micro.Request) {
-	kv := b.svc.biz.kv
-	if kv == nil {
-		_ = r.Error("503", "this replica has no bizType settings bucket", nil)
-		return
-	}
+	kv := b.svc.biz.kv // opened before the API starts (services)
 	var u bizUpdate
 	dec := json.NewDecoder(bytes.NewReader(r.Data()))
 	dec.DisallowUnknownFields()
@@ -101,11 +97,10 @@ func (b *Bridge) loadBiz(ctx context.Context, bizType string) (BizSettings, uint
 	case err != nil:
 		return BizSettings{}, 0, errors.New("read the settings: " + err.Error())
 	}
-	var s BizSettings
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
+	s, err := decodeBiz(e)
+	if err != nil {
 		return BizSettings{}, 0, errors.New("the stored settings do not parse: " + err.Error())
 	}
-	s.BizType, s.Revision = bizType, e.Revision()
 	return s, e.Revision(), nil
 }
 
@@ -115,10 +110,6 @@ func (b *Bridge) apiBizGet(ctx context.Context, r micro.Request) {
 	biz := strings.TrimSpace(string(r.Data()))
 	if !validBizType(biz) {
 		_ = r.Error("400", "the request body must be a bizType: one subject token of 1-64 characters from [A-Za-z0-9_-]", nil)
-		return
-	}
-	if b.svc.biz.kv == nil {
-		_ = r.RespondJSON(b.biz.get(biz))
 		return
 	}
 	s, _, err := b.loadBiz(ctx, biz)

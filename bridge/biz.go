@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -145,11 +146,7 @@ func (t *bizTable) all() map[string]BizSettings { return *t.cur.Load() }
 
 // set applies one change of the bucket.
 func (t *bizTable) set(s BizSettings, deleted bool) {
-	old := *t.cur.Load()
-	m := make(map[string]BizSettings, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
+	m := maps.Clone(*t.cur.Load())
 	if deleted {
 		delete(m, s.BizType)
 	} else {
@@ -160,6 +157,14 @@ func (t *bizTable) set(s BizSettings, deleted bool) {
 	case t.changed <- struct{}{}:
 	default:
 	}
+}
+
+// decodeBiz is the settings an entry of the bucket holds: its key is the bizType.
+func decodeBiz(e jetstream.KeyValueEntry) (BizSettings, error) {
+	var v BizSettings
+	err := json.Unmarshal(e.Value(), &v)
+	v.BizType, v.Revision = e.Key(), e.Revision()
+	return v, err
 }
 
 // bizService opens the settings bucket and keeps the table up to date until Stop. Start returns
@@ -174,10 +179,7 @@ type bizService struct {
 
 func (s *bizService) Start(ctx context.Context) error {
 	b := s.b
-	if b.js == nil {
-		return nil
-	}
-	bucket := bizBucket(b)
+	bucket := b.sideBucket("_BIZ")
 	octx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	var kv jetstream.KeyValue
@@ -235,12 +237,11 @@ func (s *bizService) watch(w jetstream.KeyWatcher, loaded chan struct{}) {
 			s.b.biz.set(BizSettings{BizType: e.Key()}, true)
 			continue
 		}
-		var v BizSettings
-		if err := json.Unmarshal(e.Value(), &v); err != nil {
+		v, err := decodeBiz(e)
+		if err != nil {
 			s.b.log.Warn("bizType settings that do not parse are ignored", "biz_type", e.Key(), "err", err)
 			continue
 		}
-		v.BizType, v.Revision = e.Key(), e.Revision()
 		s.b.biz.set(v, false)
 	}
 }
@@ -259,12 +260,13 @@ func (s *bizService) Stop(ctx context.Context) error {
 	return nil
 }
 
-// bizBucket names the settings bucket: the task bucket's name with _BIZ.
-func bizBucket(b *Bridge) string {
+// sideBucket names a bucket kept beside the task bucket: the task bucket's name with suffix, or
+// for a store without a name, the prefix in upper case, _TASKS and suffix (AX_TASKS_BIZ).
+func (b *Bridge) sideBucket(suffix string) string {
 	if named, ok := b.store.(interface{ Bucket() string }); ok {
-		return named.Bucket() + "_BIZ"
+		return named.Bucket() + suffix
 	}
-	return strings.ToUpper(b.cfg.Prefix) + "_TASKS_BIZ"
+	return strings.ToUpper(b.cfg.Prefix) + "_TASKS" + suffix
 }
 
 // openRetrying runs open until it succeeds or ctx ends, at retry.Rewatch's pace: a fresh cluster

@@ -108,14 +108,14 @@ func (l *loopState) applyLimits(settingsChanged bool) {
 	all := b.biz.all()
 	l.c.SetLimits(l.shares.limits(all))
 	n := l.shares.cur.n
+	if l.shares.warned == nil {
+		l.shares.warned = map[string]bool{}
+	}
 	for biz, st := range all {
 		short := st.MaxInFlight > 0 && st.MaxInFlight < n
 		if short && !l.shares.warned[biz] {
 			b.log.Warn("max_in_flight is below the number of replicas: replicas with no share fire none of the bizType, and its tasks in their partitions wait",
 				"biz_type", biz, "max_in_flight", st.MaxInFlight, "replicas", n, "what_to_do", "set max_in_flight to at least the replica count")
-		}
-		if l.shares.warned == nil {
-			l.shares.warned = map[string]bool{}
 		}
 		l.shares.warned[biz] = short
 	}

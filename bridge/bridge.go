@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,11 +238,7 @@ func (b *Bridge) start(ctx context.Context) error {
 // computes the partitions it owns (members.go); the goroutines that keep that up run until Stop.
 func (b *Bridge) join(ctx context.Context, cfg membersConfig) error {
 	if b.members == nil {
-		bucket := b.cfg.MembersBucket
-		if named, ok := b.store.(interface{ Bucket() string }); ok && bucket == "" {
-			bucket = named.Bucket() + "_MEMBERS"
-		}
-		bucket = cmp.Or(bucket, strings.ToUpper(b.cfg.Prefix)+"_TASKS_MEMBERS")
+		bucket := cmp.Or(b.cfg.MembersBucket, b.sideBucket("_MEMBERS"))
 		mctx, cancel := withDefaultTimeout(ctx)
 		var m *kvstore.Members
 		err := openRetrying(mctx, b, "the members bucket "+bucket, func(ctx context.Context) (err error) {

@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -227,22 +228,11 @@ func TestBizRateThreeReplicas(t *testing.T) {
 	l := limitedBurst(t, `{"biz_type":"limited","rate":20,"burst":5}`, 100, 0)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	first, last := l.firedAt[0], l.firedAt[0]
-	for _, at := range l.firedAt {
-		first, last = minTime(first, at), maxTime(last, at)
-	}
-	span := last.Sub(first)
+	span := slices.MaxFunc(l.firedAt, time.Time.Compare).Sub(slices.MinFunc(l.firedAt, time.Time.Compare))
 	t.Logf("100 tasks at rate 20/s burst 5 on 3 replicas: fired over %v (%.1f/s)", span, 99/span.Seconds())
 	if low := 95*time.Second/20 - time.Second; span < low {
 		t.Errorf("100 fires took %v, want at least %v at rate 20/s", span, low)
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // The lateness alarm on three replicas: fires held back by a pause come out a second late, over

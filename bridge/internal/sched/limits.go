@@ -76,13 +76,14 @@ func (c *Core) SetLimits(m map[string]Limit) {
 			continue
 		}
 		bl := &bizLimit{Limit: l, biz: biz, q: c.idx.dedicate(biz)}
-		if l.Rate >= 0 {
+		switch o := old[biz]; {
+		case l.Rate < 0:
+		case o != nil && o.rl != nil: // keep its tokens: a change of rate applies from now on
+			bl.rl = o.rl
+			bl.rl.SetLimitAt(c.now.Mono, rate.Limit(l.Rate))
+			bl.rl.SetBurstAt(c.now.Mono, max(l.Burst, 1))
+		default:
 			bl.rl = rate.NewLimiter(rate.Limit(l.Rate), max(l.Burst, 1))
-			if o := old[biz]; o != nil && o.rl != nil {
-				bl.rl = o.rl // keep its tokens: a change of rate applies from now on
-				bl.rl.SetLimitAt(c.now.Mono, rate.Limit(l.Rate))
-				bl.rl.SetBurstAt(c.now.Mono, max(l.Burst, 1))
-			}
 		}
 		c.lim.byBiz[biz], c.lim.byLane[bl.q] = bl, bl
 	}
@@ -106,21 +107,10 @@ func (c *Core) paused(q int) bool {
 // PausedDue is how many due fires the last Overdue found in paused lanes (it counts them apart).
 func (c *Core) PausedDue() int { return c.pausedDue }
 
-// open reports whether a fire may be taken from lane q now; rate says whether it would spend a
-// token of the lane's rate (take spends it).
+// open reports whether a fire may be taken from lane q now (take then spends its rate's token).
 func (c *Core) open(q int) bool {
-	bl := c.lim.byLane[q]
-	switch {
-	case bl == nil:
-		return true
-	case bl.Paused:
-		return false
-	case bl.MaxInFlight >= 0 && (c.loading || c.inFlightFull(bl)):
-		return false
-	case bl.rl != nil && (bl.Rate <= 0 || bl.rl.TokensAt(c.now.Mono) < 1): // a share of 0 takes none, not a burst
-		return false
-	}
-	return true
+	at, ok := c.opensAt(q, c.now.Ms)
+	return ok && at <= c.now.Ms
 }
 
 // inFlightFull reports whether bl's bizType has its share in flight.
@@ -151,15 +141,12 @@ func (c *Core) opensAt(q int, due int64) (int64, bool) {
 		return due, true
 	case bl.Paused, bl.MaxInFlight >= 0 && (c.loading || c.inFlightFull(bl)):
 		return 0, false
-	case bl.rl != nil && bl.Rate <= 0:
+	case bl.rl != nil && bl.Rate <= 0: // a share of 0 takes none, not even the limiter's first burst
 		return 0, false
 	case bl.rl != nil:
 		tok := bl.rl.TokensAt(c.now.Mono)
 		if tok >= 1 {
 			return due, true
-		}
-		if bl.rl.Limit() <= 0 {
-			return 0, false
 		}
 		wait := time.Duration((1 - tok) / float64(bl.rl.Limit()) * float64(time.Second))
 		return max(due, record.AddMs(c.now.Ms, wait+time.Millisecond)), true
