@@ -14,6 +14,9 @@ type Entry struct {
 	// what the step is). CountDue counts by Kind.
 	Value uint64
 	Kind  uint8
+	// Tag is the caller's too, and costs nothing: it fills what was padding in the entry's node
+	// (the bridge: its bizType's number, so that a scan can tell tasks apart).
+	Tag uint32
 }
 
 // Index is the set of pending entries, at most one per id, in a fixed number of queues. The zero
@@ -49,6 +52,7 @@ type node struct {
 	pos   int32  // position in its heap; -1 while free
 	next  int32  // the next node whose id has the same hash, or -1; while free, the next free node
 	where int32  // its heap: inFar, inLate, or the index of its slot
+	tag   uint32
 	len   uint16 // of its id
 	kind  uint8
 	queue uint8
@@ -104,7 +108,7 @@ func (x *Index) find(id string, h uint64) int32 {
 
 func (x *Index) entry(i int32, id string) Entry {
 	n := x.nodes.at(i)
-	return Entry{ID: id, Due: (*x.heapOf(n))[n.pos].due, Value: n.value, Kind: n.kind}
+	return Entry{ID: id, Due: (*x.heapOf(n))[n.pos].due, Value: n.value, Kind: n.kind, Tag: n.tag}
 }
 
 // Get returns the entry of id.
@@ -129,7 +133,7 @@ func (x *Index) Put(q int, e Entry) {
 	if i >= 0 {
 		n := x.nodes.at(i)
 		x.unlink(n)
-		n.value, n.kind, n.queue = e.Value, e.Kind, uint8(q)
+		n.value, n.kind, n.queue, n.tag = e.Value, e.Kind, uint8(q), e.Tag
 	} else {
 		if len(e.ID) > maxIDLen {
 			panic(fmt.Sprintf("timingwheel: id of %d bytes, at most %d", len(e.ID), maxIDLen))
@@ -149,7 +153,7 @@ func (x *Index) Put(q int, e Entry) {
 		if !ok {
 			next = -1
 		}
-		*x.nodes.at(i) = node{value: e.Value, off: uint32(len(x.ids)), len: uint16(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q)}
+		*x.nodes.at(i) = node{value: e.Value, off: uint32(len(x.ids)), len: uint16(len(e.ID)), next: next, kind: e.Kind, queue: uint8(q), tag: e.Tag}
 		x.ids = append(x.ids, e.ID...)
 		x.byHash[h] = i
 		x.n++
@@ -230,6 +234,22 @@ func (x *Index) CountDue(q int, t int64, kind uint8) (n int, earliest int64) {
 	x.countWheel(qu, t, kind, &n, &earliest)
 	qu.far.countDue(&x.nodes, t, kind, &n, &earliest)
 	return n, earliest
+}
+
+// Scan calls fn with every entry, in no particular order, until fn returns false. The id fn
+// sees is the index's own bytes: valid only during the call, and not to be changed. The index
+// must not change during a scan.
+func (x *Index) Scan(fn func(id []byte, e Entry) bool) {
+	for i := range x.nodes.len {
+		n := x.nodes.at(i)
+		if n.pos < 0 { // free
+			continue
+		}
+		e := Entry{Due: (*x.heapOf(n))[n.pos].due, Value: n.value, Kind: n.kind, Tag: n.tag}
+		if !fn(x.idOf(n), e) {
+			return
+		}
+	}
 }
 
 // release frees node i, already out of its heap, whose id hashes to h.

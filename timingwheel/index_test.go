@@ -2,6 +2,7 @@ package timingwheel_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -187,5 +188,60 @@ func TestIndexPeekDueAllocs(t *testing.T) {
 		}
 	}); a != 0 {
 		t.Errorf("PeekDue allocates %v times a call, want 0", a)
+	}
+}
+
+// Scan sees every entry once, with its tag, whatever queue, wheel slot or heap it is in, and
+// none that was removed, popped or replaced.
+func TestIndexScanAndTag(t *testing.T) {
+	t.Parallel()
+	x := timingwheel.NewWheel(2, 100)
+	x.Advance(0, func(timingwheel.Entry) {})
+	want := map[string]timingwheel.Entry{}
+	for i := range 3000 {
+		e := timingwheel.Entry{ID: "t" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strconv.Itoa(i), Due: int64(i*7%5000 - 50), Value: uint64(i), Kind: uint8(i % 3), Tag: uint32(i * 31)}
+		x.Put(i%2, e)
+		want[e.ID] = e
+	}
+	for i := 0; i < 3000; i += 5 {
+		id := "t" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strconv.Itoa(i)
+		if i%10 == 0 {
+			x.Remove(id)
+			delete(want, id)
+		} else {
+			e := want[id]
+			e.Tag, e.Due = 7, e.Due+1000
+			x.Put(0, e)
+			want[id] = e
+		}
+	}
+	for range 40 {
+		e, _ := x.Pop(1)
+		delete(want, e.ID)
+	}
+	got := map[string]timingwheel.Entry{}
+	x.Scan(func(id []byte, e timingwheel.Entry) bool {
+		if _, dup := got[string(id)]; dup {
+			t.Errorf("%s scanned twice", id)
+		}
+		e.ID = string(id)
+		got[e.ID] = e
+		return true
+	})
+	if len(got) != len(want) || len(got) != x.Len() {
+		t.Fatalf("scanned %d entries, want %d (Len %d)", len(got), len(want), x.Len())
+	}
+	for id, w := range want {
+		if g := got[id]; g != w {
+			t.Fatalf("%s: scanned %+v, want %+v", id, g, w)
+		}
+		if g, _ := x.Get(id); g != w {
+			t.Fatalf("%s: Get %+v, want %+v", id, g, w)
+		}
+	}
+	n := 0
+	x.Scan(func([]byte, timingwheel.Entry) bool { n++; return n < 10 })
+	if n != 10 {
+		t.Errorf("scan went on after false: %d calls", n)
 	}
 }
