@@ -25,6 +25,7 @@ type candidate struct {
 	rev  uint64
 	kind jobKind // jobFire (WAITING) or jobLease (RUNNING)
 	due  int64   // when the index should have had it due, UTC Unix ms
+	biz  string
 }
 
 // reconcileMsg is the reconciler's message to the loop: a question (is c in hand? the loop sends
@@ -135,7 +136,7 @@ func (b *Bridge) reconcileOne(ctx context.Context, out chan<- reconcileMsg, repl
 // overdue says whether the record should have had its next step by nowMs, by more than the grace.
 func (b *Bridge) overdue(e *kvstore.Entry, nowMs int64) (candidate, bool) {
 	t := &e.Task
-	c := candidate{id: t.ID, rev: e.Revision}
+	c := candidate{id: t.ID, rev: e.Revision, biz: t.BizType}
 	switch t.Status {
 	case kvstore.StatusWaiting:
 		c.kind, c.due = jobFire, t.DueAt
@@ -150,7 +151,7 @@ func (b *Bridge) overdue(e *kvstore.Entry, nowMs int64) (candidate, bool) {
 // reconciled answers the reconciler: a question gets whether c is suspect; a confirmed candidate
 // that is still suspect is repaired.
 func (l *loopState) reconciled(m reconcileMsg) {
-	c := sched.Candidate{ID: m.c.id, Rev: m.c.rev, Kind: m.c.kind, Due: m.c.due}
+	c := sched.Candidate{ID: m.c.id, Rev: m.c.rev, Kind: m.c.kind, Due: m.c.due, BizType: m.c.biz}
 	why := l.c.Suspect(c)
 	if !l.c.Owns(c.ID) || l.loading(kvstore.Partition(c.ID, l.b.nparts)) {
 		why = "" // the partition moved away meanwhile, or its watch is still loading it

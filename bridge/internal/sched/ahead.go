@@ -29,7 +29,7 @@ func (c *Core) hold(e *record.Entry) {
 	t.retry, t.retryDue = false, 0
 	c.dropNear(t)
 	c.setHeld(t, e)
-	c.idx.put(id, e.Task.DueAt, e.Revision, Publish)
+	c.idx.put(id, e.Task.DueAt, e.Revision, Publish, c.tagOf(e.Task.BizType))
 }
 
 // PublishDue hands out (Ready.Publish) the held fires that are due by the core's time, at most
@@ -56,14 +56,14 @@ func (c *Core) PublishDue(alive, connected bool) {
 			continue
 		}
 		if c.Owns(n.id) {
-			c.idx.put(n.id, c.leaseDue(&e.Task), e.Revision, Lease)
+			c.idx.put(n.id, c.leaseDue(&e.Task), e.Revision, Lease, n.tag)
 		}
 		switch {
 		case !alive:
 			c.ready.Fenced = append(c.ready.Fenced, *e)
 		case !connected && c.now.Ms < e.Task.LeaseUntil:
 			c.setHeld(c.ensure(n.id), e)
-			c.idx.put(n.id, record.AddMs(c.now.Ms, retry.Held.Wait(1)), e.Revision, Publish)
+			c.idx.put(n.id, record.AddMs(c.now.Ms, retry.Held.Wait(1)), e.Revision, Publish, n.tag)
 		default:
 			c.ready.Publish = append(c.ready.Publish, *e)
 		}

@@ -18,7 +18,7 @@ func TestClaimAheadHeldAfterItsPartitionMoved(t *testing.T) {
 	claimed := record.Entry{Revision: claimRev, Task: record.Task{ID: id, Status: record.StatusRunning,
 		DueAt: due, Claim: 7, LeaseUntil: due + 30_000}}
 	// The claim's own watch event: the task's next step is its lease end.
-	c.idx.put(id, due+30_000, claimRev, Lease)
+	c.idx.put(id, due+30_000, claimRev, Lease, 0)
 	// The partition moves away: its steps leave the index.
 	parts := []bool{true, true, true, true}
 	parts[record.Partition(id, nparts)] = false

@@ -23,6 +23,7 @@ func (c *Core) Apply(ev record.Event) {
 		if cur, ok := c.idx.get(ev.ID); ok && cur.rev < ev.Revision {
 			// Its older revision is gone: reading it again cannot help.
 			c.idx.remove(ev.ID)
+			c.census.dead.Remove(ev.ID)
 			if t := c.tasks[ev.ID]; t != nil {
 				c.dropNear(t)
 				c.setHeld(t, nil)
@@ -86,13 +87,15 @@ func (c *Core) unsureLanded(e *record.Entry, tok uint64) {
 // index puts e's next step in the index, or takes the task out if it is final.
 func (c *Core) index(t *task, e record.Entry) {
 	id, rt := e.Task.ID, &e.Task
+	tag := c.tagOf(rt.BizType)
+	c.keepDead(e, tag)
 	if rt.Status != record.StatusRunning {
 		c.ready.Drops = append(c.ready.Drops, Drop{id, e.Revision})
 	}
 	switch rt.Status {
 	case record.StatusWaiting:
 		if !c.idx.inSpan(rt.DueAt, c.now.Ms) {
-			c.idx.putIn(c.idx.laneOf(rt.BizType), id, rt.DueAt, e.Revision, Fire) // read ahead as it enters the span (Now)
+			c.idx.putIn(c.idx.laneOf(rt.BizType), id, rt.DueAt, e.Revision, Fire, tag) // read ahead as it enters the span (Now)
 			return
 		}
 		switch {
@@ -104,9 +107,9 @@ func (c *Core) index(t *task, e record.Entry) {
 			// fired at once, and its fire reads the record itself.
 			c.preRead(id)
 		}
-		c.idx.putIn(c.idx.laneOf(rt.BizType), id, rt.DueAt, e.Revision, Fire)
+		c.idx.putIn(c.idx.laneOf(rt.BizType), id, rt.DueAt, e.Revision, Fire, tag)
 	case record.StatusRunning:
-		c.idx.put(id, c.leaseDue(rt), e.Revision, Lease)
+		c.idx.put(id, c.leaseDue(rt), e.Revision, Lease, tag)
 	default: // final: nothing more to do here
 		c.idx.remove(id)
 	}

@@ -36,6 +36,7 @@ type flight struct {
 	fire   bool // a fire: counted in flight for its lane's limits (limits.go) until it ends
 	at     time.Time
 	due    int64
+	tag    uint32 // the task's bizType (Core.tagOf), to index it again
 }
 
 // task is what the core holds of one task besides its index entry; a task with none of it has
@@ -79,13 +80,14 @@ type Core struct {
 	pausedDue  int           // due fires in paused lanes, at the last Overdue
 	lastPrune  time.Time
 	ready      Ready
+	census     census // the bizTypes' numbers and the DEAD records (census.go)
 }
 
 // New returns a core owning the partitions in owned, at time now.
 func New(cfg Config, owned []int, now Time) *Core {
 	cfg.MaxClaims = cmp.Or(cfg.MaxClaims, DefaultMaxClaims)
 	c := &Core{cfg: cfg, now: now, idx: newSlots(cfg.PreRead), tasks: make(map[string]*task),
-		owned: make([]bool, cfg.Partitions), lastPrune: now.Mono, connected: true, lim: newLimits()}
+		owned: make([]bool, cfg.Partitions), lastPrune: now.Mono, connected: true, lim: newLimits(), census: newCensus()}
 	for _, p := range owned {
 		c.owned[p] = true
 	}

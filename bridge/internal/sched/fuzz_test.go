@@ -130,6 +130,38 @@ func (m *model) check() {
 		}
 		m.t.Fatalf("%s lost: newest revision %d (%s), index %v", id, e.Revision, e.Task.Status, fmt.Sprint(c.idx.get(id)))
 	}
+	m.checkCensus()
+}
+
+// checkCensus: the census sees every live and DEAD record of the owned partitions once, with
+// its bizType and status, and nothing else.
+func (m *model) checkCensus() {
+	seen := map[string]scanned{}
+	m.c.scan(func(s *scanned) {
+		id := string(s.id)
+		if _, dup := seen[id]; dup {
+			m.t.Fatalf("census: %s twice", id)
+		}
+		seen[id] = *s
+	})
+	for id, e := range m.latest {
+		s, ok := seen[id]
+		delete(seen, id)
+		want := !m.deleted[id] && m.c.Owns(id) && (!e.Task.Status.Final() || e.Task.Status == record.StatusDead)
+		switch {
+		case m.left[id]:
+		case ok != want:
+			m.t.Fatalf("census: %s (%s, deleted %v) seen %v", id, e.Task.Status, m.deleted[id], ok)
+		case ok && (m.c.census.names[s.tag] != e.Task.BizType || s.status != e.Task.Status || s.due != e.Task.DueAt):
+			m.t.Fatalf("census: %s is %s %q due %d, seen as %s %q due %d", id, e.Task.Status, e.Task.BizType,
+				e.Task.DueAt, s.status, m.c.census.names[s.tag], s.due)
+		}
+	}
+	for id := range seen {
+		if !m.left[id] {
+			m.t.Fatalf("census: %s seen, never written", id)
+		}
+	}
 }
 
 // FuzzCore drives the core with random watch events, worker outcomes, time and ownership, and
@@ -144,7 +176,11 @@ func FuzzCore(f *testing.F) {
 			id := fmt.Sprintf("t%d", arg%6)
 			switch op {
 			case 0, 1:
-				m.write(id, record.StatusWaiting, m.now+int64(arg%120)-10, 0)
+				st := record.StatusWaiting
+				if op == 1 && arg%5 == 0 {
+					st = record.StatusDead
+				}
+				m.write(id, st, m.now+int64(arg%120)-10, 0)
 			case 2:
 				if e, ok := m.latest[id]; ok && !m.deleted[id] {
 					m.rev++

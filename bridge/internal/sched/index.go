@@ -31,7 +31,8 @@ type slotEntry struct {
 	due  int64 // UTC Unix ms at which the step is due
 	rev  uint64
 	kind Kind
-	q    int // its queue
+	q    int    // its queue
+	tag  uint32 // its bizType's number (Core.tagOf), 0 if not known
 }
 
 // maxLanes bounds the fire queues; past it, bizTypes share them (by hash). A lane's wheel costs
@@ -183,7 +184,7 @@ func (s *slots) entering() (at int64, ok bool) {
 }
 
 func slotOf(e timingwheel.Entry, q int) slotEntry {
-	return slotEntry{id: e.ID, due: e.Due, rev: e.Value, kind: Kind(e.Kind), q: q}
+	return slotEntry{id: e.ID, due: e.Due, rev: e.Value, kind: Kind(e.Kind), q: q, tag: e.Tag}
 }
 
 func (s *slots) len() int { return s.x.Len() }
@@ -194,13 +195,14 @@ func (s *slots) get(id string) (slotEntry, bool) {
 }
 
 // put indexes id's next step, replacing any entry id had; a fire goes to the lane of no bizType.
-func (s *slots) put(id string, due int64, rev uint64, kind Kind) {
-	s.putIn(heapOf(kind), id, due, rev, kind)
+// tag is the number of the task's bizType (Core.tagOf).
+func (s *slots) put(id string, due int64, rev uint64, kind Kind, tag uint32) {
+	s.putIn(heapOf(kind), id, due, rev, kind, tag)
 }
 
 // putIn is put into queue q: a fire's lane.
-func (s *slots) putIn(q int, id string, due int64, rev uint64, kind Kind) {
-	s.x.Put(q, timingwheel.Entry{ID: id, Due: due, Value: rev, Kind: uint8(kind)})
+func (s *slots) putIn(q int, id string, due int64, rev uint64, kind Kind, tag uint32) {
+	s.x.Put(q, timingwheel.Entry{ID: id, Due: due, Value: rev, Kind: uint8(kind), Tag: tag})
 }
 
 func (s *slots) remove(id string) bool { return s.x.Remove(id) }

@@ -48,6 +48,7 @@ type runRec struct {
 	biz  string
 	mine bool  // claimed by this replica
 	due  int64 // UTC Unix ms: when its lease counts as ended here
+	at   int64 // UTC Unix ms: the record's due time (List)
 }
 
 // limits is the core's state for SetLimits.
@@ -161,7 +162,7 @@ func (c *Core) track(e *record.Entry) {
 	if e.Task.Status != record.StatusRunning {
 		return
 	}
-	r := runRec{biz: e.Task.BizType, mine: e.Task.Owner == c.cfg.Replica, due: c.leaseDue(&e.Task)}
+	r := runRec{biz: e.Task.BizType, mine: e.Task.Owner == c.cfg.Replica, due: c.leaseDue(&e.Task), at: e.Task.DueAt}
 	c.lim.running[id] = r
 	c.lim.runN[r.biz]++
 }

@@ -39,6 +39,7 @@ func (c *Core) Own(parts []bool) (lost bool) {
 		return false
 	}
 	c.rebuild()
+	c.census.keepOwned(c.Owns)
 	c.trackLost()
 	for id, t := range c.tasks {
 		if c.Owns(id) {
@@ -76,7 +77,7 @@ func (c *Core) rebuild() {
 			}
 			c.idx.pop(h)
 			if c.Owns(e.id) || h == heapPublish || c.idx.isFireQ(h) && c.isUnsure(e.id, e.rev) {
-				idx.putIn(h, e.id, e.due, e.rev, e.kind)
+				idx.putIn(h, e.id, e.due, e.rev, e.kind, e.tag)
 			}
 		}
 	}

@@ -61,16 +61,19 @@ func (c *Core) putBack(r Result) {
 		}
 		r.At = record.AddMs(c.now.Ms, retry.ReadBehind.Wait(t.behind))
 	}
-	due := r.At
+	due, tag := r.At, uint32(0)
+	if cur, ok := c.idx.get(r.ID); ok {
+		tag = cur.tag
+	}
 	if t.flying && t.fl.rev <= r.Rev {
-		due = min(due, t.fl.due)
+		due, tag = min(due, t.fl.due), t.fl.tag
 		c.endFlight(t)
 	}
 	q := heapOf(r.Kind)
 	if r.Kind == Fire {
 		q = t.lane // back into its bizType's lane
 	}
-	c.idx.putIn(q, r.ID, r.At, r.Rev, r.Kind)
+	c.idx.putIn(q, r.ID, r.At, r.Rev, r.Kind, tag)
 	if r.Retry && r.Kind == Fire && due < r.At {
 		t.retry, t.retryDue = true, due // still overdue while it waits for its retry
 	}
@@ -79,6 +82,7 @@ func (c *Core) putBack(r Result) {
 // forget drops everything the core holds of task id.
 func (c *Core) forget(id string) {
 	c.idx.remove(id)
+	c.census.dead.Remove(id)
 	c.untrack(id)
 	if t := c.tasks[id]; t != nil {
 		c.endFlight(t)

@@ -20,7 +20,7 @@ func TestSlotsOrderAndReplace(t *testing.T) {
 		if i%5 == 0 {
 			kind = Lease
 		}
-		s.put(id, due, uint64(i), kind)
+		s.put(id, due, uint64(i), kind, 0)
 		want[id] = due
 		if i%7 == 0 {
 			s.remove(id)
@@ -67,9 +67,9 @@ func TestSlotsOrderAndReplace(t *testing.T) {
 func TestSlotsTiesInInsertionOrder(t *testing.T) {
 	s := newSlots(time.Second)
 	for _, id := range []string{"a", "b", "c"} {
-		s.put(id, 7, 1, Fire)
+		s.put(id, 7, 1, Fire, 0)
 	}
-	s.put("a", 7, 2, Fire) // a replace counts as an insertion
+	s.put("a", 7, 2, Fire, 0) // a replace counts as an insertion
 	var got []string
 	for range 3 {
 		got = append(got, s.pop(heapFire).id)

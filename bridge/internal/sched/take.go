@@ -38,7 +38,7 @@ func (c *Core) Take(alive, connected bool) {
 		}
 		c.idx.pop(heapHouse)
 		c.house = append(c.house, Job{Kind: Lease, ID: n.id, Rev: n.rev, Due: n.due})
-		c.setFlight(c.ensure(n.id), n.id, flight{rev: n.rev, queued: true, due: n.due})
+		c.setFlight(c.ensure(n.id), n.id, flight{rev: n.rev, queued: true, due: n.due, tag: n.tag})
 	}
 	c.flushReads()
 }
@@ -64,7 +64,7 @@ func (c *Core) takeFire(n slotEntry) {
 		}
 	}
 	c.fires = append(c.fires, j)
-	c.setFlight(t, n.id, flight{rev: n.rev, queued: true, due: j.Due, fire: true})
+	c.setFlight(t, n.id, flight{rev: n.rev, queued: true, due: j.Due, fire: true, tag: n.tag})
 }
 
 // preRead queues id for the next batched pre-read, if the pre-read bounds leave room.
@@ -123,7 +123,7 @@ func (c *Core) Next() (Job, bool) {
 func (c *Core) Sent(j Job) {
 	if t := c.tasks[j.ID]; t != nil && j.Kind != PreRead && t.flying && t.fl.rev == j.Rev {
 		c.setFlight(t, j.ID, flight{rev: j.Rev, at: c.now.Mono, due: t.fl.due,
-			claim: j.Kind == Fire && c.Owns(j.ID), fire: t.fl.fire})
+			claim: j.Kind == Fire && c.Owns(j.ID), fire: t.fl.fire, tag: t.fl.tag})
 	}
 	if j.Kind == Fire && j.Ahead > 0 {
 		c.aheadUntil = max(c.aheadUntil, j.Due)

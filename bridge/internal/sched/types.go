@@ -69,8 +69,9 @@ type Result struct {
 type Candidate struct {
 	ID   string
 	Rev  uint64
-	Kind Kind  // Fire (WAITING) or Lease (RUNNING)
-	Due  int64 // UTC Unix ms
+	Kind    Kind  // Fire (WAITING) or Lease (RUNNING)
+	Due     int64 // UTC Unix ms
+	BizType string
 }
 
 // Drop tells the fired cache to forget ID unless it holds a revision newer than Rev.
