@@ -67,8 +67,8 @@ type Result struct {
 
 // Candidate is a record the reconciler found that should have had its next step by now.
 type Candidate struct {
-	ID   string
-	Rev  uint64
+	ID      string
+	Rev     uint64
 	Kind    Kind  // Fire (WAITING) or Lease (RUNNING)
 	Due     int64 // UTC Unix ms
 	BizType string
