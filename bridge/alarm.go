@@ -148,8 +148,8 @@ func (a *alarms) oldest(now time.Time, fresh time.Duration) map[string]time.Dura
 
 // lateStat is a bizType's lateness over a window: its p99 and how many fires it is of.
 type lateStat struct {
-	p99 time.Duration
-	n   int64
+	p50, p99 time.Duration
+	n        int64
 }
 
 // p99s merges the reports heard within window before now (dropping older ones) and returns each
@@ -185,15 +185,20 @@ func (a *alarms) p99s(now time.Time, window time.Duration) map[string]lateStat {
 		for _, n := range c {
 			total += n
 		}
-		rank, seen := int64(math.Ceil(float64(total)*0.99)), int64(0)
-		for i, n := range c {
-			if seen += n; seen >= rank {
-				out[biz] = lateStat{lateBound(i), total}
-				break
-			}
-		}
+		out[biz] = lateStat{quantile(c, total, 0.50), quantile(c, total, 0.99), total}
 	}
 	return out
+}
+
+// quantile is the bound of the bucket that holds the q quantile of c's total counts.
+func quantile(c *[lateBuckets]int64, total int64, q float64) time.Duration {
+	rank, seen := int64(math.Ceil(float64(total)*q)), int64(0)
+	for i, n := range c {
+		if seen += n; seen >= rank {
+			return lateBound(i)
+		}
+	}
+	return lateBound(lateBuckets - 1)
 }
 
 // alarmLoop reports this replica's lateness, and judges the alarms while it is the housekeeper,

@@ -43,8 +43,9 @@ type taskView struct {
 	FinishedAt    string              `json:"finished_at,omitempty"`
 	LastError     string              `json:"last_error,omitempty"`
 	Header        map[string][]string `json:"header,omitempty"`
-	Payload       *string             `json:"payload,omitempty"`        // when it is UTF-8 text
-	PayloadBinary []byte              `json:"payload_base64,omitempty"` // otherwise
+	Payload       *string             `json:"payload,omitempty"`           // when it is UTF-8 text
+	PayloadBinary []byte              `json:"payload_base64,omitempty"`    // otherwise
+	PayloadCut    bool                `json:"payload_truncated,omitempty"` // a list shows the first bytes only
 	Series        *seriesView         `json:"series,omitempty"`
 }
 
@@ -83,7 +84,7 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 		Name:        b.cfg.subj.service,
 		QueueGroup:  b.cfg.subj.service,
 		Version:     apiVersion,
-		Description: "ax bridge task API: get, cancel, requeue and reschedule delayed tasks (the request body is the task id; reschedule: JSON); bizType settings: biz.set (JSON), biz.get, biz.list",
+		Description: "ax bridge task API: get, cancel, requeue (the request body is the task id), reschedule, list, stats, replicas (JSON); bizType settings: biz.set (JSON), biz.get, biz.list",
 		Metadata:    map[string]string{"replica": b.cfg.ReplicaID},
 	})
 	if err != nil {
@@ -112,9 +113,15 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 			return nil, err
 		}
 	}
-	if err := g.AddEndpoint("reschedule", micro.HandlerFunc(func(r micro.Request) { b.apiReschedule(ctx, r) })); err != nil {
-		_ = svc.Stop()
-		return nil, err
+	for _, ep := range []struct {
+		name string
+		h    func(context.Context, micro.Request)
+	}{{"reschedule", b.apiReschedule}, {"list", b.apiList}, {"stats", b.apiStats}, {"replicas", b.apiReplicas}} {
+		h := ep.h
+		if err := g.AddEndpoint(ep.name, micro.HandlerFunc(func(r micro.Request) { h(ctx, r) })); err != nil {
+			_ = svc.Stop()
+			return nil, err
+		}
 	}
 	if err := b.addBizEndpoints(ctx, svc); err != nil {
 		_ = svc.Stop()

@@ -77,14 +77,15 @@ type Bridge struct {
 	stopWork context.CancelFunc // ends workCtx; the last thing Stop does
 
 	// Channels, each written by one role and read by another.
-	jobs       chan job      // loop → fire workers; closed by the loop as it returns
-	results    chan result   // fire workers, claim completions → loop
-	acks       chan ackReq   // ack subscriptions → ack workers
-	intakeErrs chan error    // consumer error handler → runIntakeFrom: check the consumer still exists
-	loopEnd    chan struct{} // closed by the loop as it returns; read by Stop
-	intakeEnd  chan struct{} // closed by runIntakeFrom as it returns; read by Stop
-	acksEnd    chan struct{} // closed by Stop once no more acks can arrive on acks; read by ack paths
-	ready      chan struct{} // closed by the loop once the initial load is indexed; read by users
+	jobs       chan job            // loop → fire workers; closed by the loop as it returns
+	results    chan result         // fire workers, claim completions → loop
+	acks       chan ackReq         // ack subscriptions → ack workers
+	intakeErrs chan error          // consumer error handler → runIntakeFrom: check the consumer still exists
+	loopEnd    chan struct{}       // closed by the loop as it returns; read by Stop
+	intakeEnd  chan struct{}       // closed by runIntakeFrom as it returns; read by Stop
+	acksEnd    chan struct{}       // closed by Stop once no more acks can arrive on acks; read by ack paths
+	ready      chan struct{}       // closed by the loop once the initial load is indexed; read by users
+	census     chan censusQuestion // census subscription → loop (census.go)
 
 	// Work between its start and its completion, waited for by Stop.
 	intake    sync.WaitGroup // schedule messages between delivery and their store outcome
@@ -158,6 +159,7 @@ func New(nc *nats.Conn, store Store, cfg Config) (*Bridge, error) {
 		members:    cfg.Members,
 		nparts:     store.Partitions(),
 		ownChanged: make(chan struct{}, 1),
+		census:     make(chan censusQuestion),
 		biz:        newBizTable(),
 		alarm:      newAlarms(),
 	}

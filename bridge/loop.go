@@ -95,6 +95,8 @@ func (b *Bridge) loop(ctx context.Context, cfg schedConfig, first kvstore.Watche
 		case r := <-b.results:
 			l.tick()
 			l.c.Result(r)
+		case q := <-b.census:
+			q.reply <- q.run(l)
 		case m := <-found:
 			l.tick()
 			l.reconciled(m)

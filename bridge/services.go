@@ -171,12 +171,16 @@ func (s *schedService) Stop(ctx context.Context) error {
 
 // apiService answers the task API: get, cancel, requeue. It has no settings of its own.
 type apiService struct {
-	b   *Bridge
-	svc micro.Service
+	b      *Bridge
+	svc    micro.Service
+	census *nats.Subscription // the other replicas' census questions (census.go)
 }
 
 func (s *apiService) Start(context.Context) error {
 	var err error
+	if s.census, err = s.b.serveCensus(); err != nil {
+		return fmt.Errorf("bridge: census: %w", err)
+	}
 	if s.svc, err = s.b.startAPI(s.b.workCtx); err != nil {
 		return fmt.Errorf("bridge: task API: %w", err)
 	}
@@ -186,6 +190,9 @@ func (s *apiService) Start(context.Context) error {
 func (s *apiService) Stop(context.Context) error {
 	if s.svc != nil {
 		_ = s.svc.Stop()
+	}
+	if s.census != nil {
+		_ = s.census.Unsubscribe()
 	}
 	return nil
 }
