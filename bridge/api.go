@@ -84,7 +84,7 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 		Name:        b.cfg.subj.service,
 		QueueGroup:  b.cfg.subj.service,
 		Version:     apiVersion,
-		Description: "ax bridge task API: get, cancel, requeue (the request body is the task id), reschedule, list, stats, replicas (JSON); bizType settings: biz.set (JSON), biz.get, biz.list",
+		Description: "ax bridge task API: get, cancel, requeue (the request body is the task id), reschedule, list, stats, replicas, bulk (JSON); bizType settings: biz.set (JSON), biz.get, biz.list",
 		Metadata:    map[string]string{"replica": b.cfg.ReplicaID},
 	})
 	if err != nil {
@@ -116,7 +116,7 @@ func (b *Bridge) startAPI(ctx context.Context) (micro.Service, error) {
 	for _, ep := range []struct {
 		name string
 		h    func(context.Context, micro.Request)
-	}{{"reschedule", b.apiReschedule}, {"list", b.apiList}, {"stats", b.apiStats}, {"replicas", b.apiReplicas}} {
+	}{{"reschedule", b.apiReschedule}, {"list", b.apiList}, {"stats", b.apiStats}, {"replicas", b.apiReplicas}, {"bulk", b.apiBulk}} {
 		h := ep.h
 		if err := g.AddEndpoint(ep.name, micro.HandlerFunc(func(r micro.Request) { h(ctx, r) })); err != nil {
 			_ = svc.Stop()
@@ -150,30 +150,40 @@ func (b *Bridge) apiRequeue(ctx context.Context, r micro.Request, id string) {
 // apiTransition applies an operator's transition by CAS, re-reading on conflict, and answers
 // with the new record.
 func (b *Bridge) apiTransition(ctx context.Context, r micro.Request, id string, next func(kvstore.Task, int64) (kvstore.Task, error)) {
+	e, err := b.transition(ctx, id, next)
+	switch {
+	case errors.Is(err, errChanging):
+		_ = r.Error("409", "task "+id+" keeps changing; try again", nil)
+	case err != nil:
+		apiError(r, id, err)
+	default:
+		b.log.Info("task changed by API", "task_id", id, "status", e.Task.Status)
+		_ = r.RespondJSON(viewOf(e))
+	}
+}
+
+// errChanging: a transition lost its CAS five times in a row.
+var errChanging = errors.New("the task keeps changing")
+
+// transition applies next to task id's record by CAS, re-reading on conflict, and returns the
+// new record.
+func (b *Bridge) transition(ctx context.Context, id string, next func(kvstore.Task, int64) (kvstore.Task, error)) (kvstore.Entry, error) {
 	for range 5 {
 		e, err := b.store.Get(ctx, id)
 		if err != nil {
-			apiError(r, id, err)
-			return
+			return e, err
 		}
 		t, err := next(e.Task, b.cfg.Now().UnixMilli())
 		if err != nil {
-			apiError(r, id, err)
-			return
+			return e, err
 		}
 		rev, err := b.store.Update(ctx, &t, e.Revision)
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue
 		}
-		if err != nil {
-			apiError(r, id, err)
-			return
-		}
-		b.log.Info("task changed by API", "task_id", id, "status", t.Status)
-		_ = r.RespondJSON(viewOf(kvstore.Entry{Task: t, Revision: rev}))
-		return
+		return kvstore.Entry{Task: t, Revision: rev}, err
 	}
-	_ = r.Error("409", "task "+id+" keeps changing; try again", nil)
+	return kvstore.Entry{}, errChanging
 }
 
 // apiError answers with a micro error: 404 not found, 409 not allowed in the task's state, 500 else.

@@ -201,7 +201,7 @@ func (s *bizService) Start(ctx context.Context) error {
 	s.kv = kv
 	wctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	w, err := kv.WatchAll(wctx)
+	w, err := kv.Watch(wctx, "*") // bizTypes: one token; bulk jobs (bulk.<job>) are not settings
 	if err != nil {
 		return fmt.Errorf("bridge: watch the bizType settings bucket %s: %w", bucket, err)
 	}

@@ -174,6 +174,10 @@ type apiService struct {
 	b      *Bridge
 	svc    micro.Service
 	census *nats.Subscription // the other replicas' census questions (census.go)
+	// The bulk jobs this replica runs (bulk_run.go), and the adoption of orphaned ones.
+	bulkCtx  context.Context
+	bulkStop context.CancelFunc
+	bulks    sync.WaitGroup
 }
 
 func (s *apiService) Start(context.Context) error {
@@ -181,18 +185,30 @@ func (s *apiService) Start(context.Context) error {
 	if s.census, err = s.b.serveCensus(); err != nil {
 		return fmt.Errorf("bridge: census: %w", err)
 	}
+	s.bulkCtx, s.bulkStop = context.WithCancel(context.Background())
+	s.bulks.Add(1)
+	go func() {
+		defer s.bulks.Done()
+		s.b.adoptBulks(s.bulkCtx)
+	}()
 	if s.svc, err = s.b.startAPI(s.b.workCtx); err != nil {
 		return fmt.Errorf("bridge: task API: %w", err)
 	}
 	return nil
 }
 
-func (s *apiService) Stop(context.Context) error {
+func (s *apiService) Stop(ctx context.Context) error {
 	if s.svc != nil {
 		_ = s.svc.Stop()
 	}
 	if s.census != nil {
 		_ = s.census.Unsubscribe()
+	}
+	if s.bulkStop != nil {
+		s.bulkStop()
+	}
+	if !waitCtx(ctx, &s.bulks) {
+		return errors.New("bulk jobs still running")
 	}
 	return nil
 }
