@@ -68,7 +68,7 @@ func TestBenchTinyAllRows(t *testing.T) {
 		got[r.Key] = r
 	}
 	bridgeOnly := map[string]bool{"heap_steady": true, "heap_restart": true, "spread_conflicts": true, "burst_conflicts": true,
-		"limit_peak": true, "limit_drain": true}
+		"limit_peak": true, "limit_drain": true, "census_list": true, "census_list_one": true, "census_stats": true}
 	for _, d := range rowDefs {
 		r, ok := got[d.key]
 		if !ok {

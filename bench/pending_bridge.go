@@ -108,6 +108,9 @@ func (r *runner) bridgePending(ctx context.Context, srv *serverSet, x *result) e
 			return err
 		}
 		x.vals["heap_steady"] = float64(heapAlloc()-h0) / float64(total)
+		if err := r.measureCensus(ctx, s.nc, total, x); err != nil {
+			return err
+		}
 	} else {
 		x.notes = append(x.notes, "no ax_tasks_indexed gauge: steady heap not measured")
 	}

@@ -47,6 +47,9 @@ var rowDefs = []rowDef{
 	{"server_rss", "server RSS per pending task (all nodes)", "B", "pending"},
 	{"restart_fire", "restart at M pending → first fire of a new task", "s", "pending"},
 	{"restart_ready", "restart at M pending → ready (native: healthy; bridge: index loaded)", "s", "pending"},
+	{"census_list", "operator API at M pending: first list page of 100, slowest of 5 (native: no list)", "ms", "pending"},
+	{"census_list_one", "operator API at M pending: a list that selects 1 task, slowest of 5", "ms", "pending"},
+	{"census_stats", "operator API at M pending: stats, slowest of 5", "ms", "pending"},
 }
 
 // result is what one scenario side measured.
