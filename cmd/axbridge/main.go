@@ -35,6 +35,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && cliCommands[os.Args[1]] {
+		stop()
+		os.Exit(cliMain(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "bench" {
 		code := bench.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
