@@ -98,10 +98,14 @@ func (r *runner) bridgePending(ctx context.Context, srv *serverSet, x *result) e
 		x.vals["server_rss"] = float64(rss1-rss0) / float64(total)
 	}
 	if _, ok := gaugeValue(s.reg, "ax_tasks_indexed"); ok {
-		reg := s.reg
+		regs := s.registries() // each replica indexes its own partitions
 		var idx atomic.Int64
 		if err := r.waitFor(ctx, "indexed", 10*time.Minute, func() bool {
-			v, _ := gaugeValue(reg, "ax_tasks_indexed")
+			v := 0.0
+			for _, reg := range regs {
+				n, _ := gaugeValue(reg, "ax_tasks_indexed")
+				v += n
+			}
 			idx.Store(int64(v))
 			return v >= float64(total)
 		}, func() string { return fmt.Sprintf("%d/%d indexed", idx.Load(), total) }); err != nil {
