@@ -37,6 +37,7 @@ type listRequest struct {
 	DueAfter  string           `json:"due_after,omitempty"`  // RFC 3339: due at or after
 	DueBefore string           `json:"due_before,omitempty"` // RFC 3339: due before
 	IDPrefix  string           `json:"id_prefix,omitempty"`
+	Series    bool             `json:"series,omitempty"` // only recurring tasks
 	Limit     int              `json:"limit,omitempty"`
 	Cursor    string           `json:"cursor,omitempty"`
 }
@@ -64,7 +65,7 @@ func parseList(data []byte) (censusFilter, int, error) {
 }
 
 func (q listRequest) filter() (censusFilter, int, error) {
-	f := censusFilter{BizType: q.BizType, Statuses: q.Status, IDPrefix: q.IDPrefix}
+	f := censusFilter{BizType: q.BizType, Statuses: q.Status, IDPrefix: q.IDPrefix, Series: q.Series}
 	if q.BizType != "" && !validBizType(q.BizType) {
 		return f, 0, fmt.Errorf("biz_type %q: want one subject token of 1-64 characters from [A-Za-z0-9_-]", q.BizType)
 	}

@@ -93,7 +93,7 @@ func (b *Bridge) parseBulk(q bulkRequest) (bulkJob, error) {
 	if err != nil {
 		return j, fmt.Errorf("filter: %w", err)
 	}
-	if f.BizType == "" && len(f.Statuses) == 0 && f.IDPrefix == "" && f.DueAfter == 0 && f.DueBefore == 0 {
+	if f.BizType == "" && len(f.Statuses) == 0 && f.IDPrefix == "" && f.DueAfter == 0 && f.DueBefore == 0 && !f.Series {
 		return j, errors.New(`filter: empty; a bulk job needs at least one of biz_type, status, id_prefix, due_after and due_before`)
 	}
 	j.Filter = f

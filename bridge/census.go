@@ -32,13 +32,14 @@ type censusFilter struct {
 	DueAfter  int64            `json:"due_after_ms,omitempty"`
 	DueBefore int64            `json:"due_before_ms,omitempty"`
 	IDPrefix  string           `json:"id_prefix,omitempty"`
+	Series    bool             `json:"series,omitempty"`
 	AfterDue  int64            `json:"after_due_ms,omitempty"`
 	AfterID   string           `json:"after_id,omitempty"`
 }
 
 func (f censusFilter) sched() sched.Filter {
 	return sched.Filter{BizType: f.BizType, Statuses: f.Statuses, DueAfter: f.DueAfter, DueBefore: f.DueBefore,
-		IDPrefix: f.IDPrefix, After: sched.Listed{ID: f.AfterID, Due: f.AfterDue}}
+		IDPrefix: f.IDPrefix, Series: f.Series, After: sched.Listed{ID: f.AfterID, Due: f.AfterDue}}
 }
 
 // censusTask is a listed task on the wire.
@@ -48,6 +49,7 @@ type censusTask struct {
 	Status  kvstore.Status `json:"status"`
 	Due     int64          `json:"due_ms"`
 	Rev     uint64         `json:"revision"`
+	Series  bool           `json:"series,omitempty"`
 }
 
 // censusReply is one replica's answer.
@@ -105,7 +107,7 @@ func (l *loopState) answerCensus(ask censusAsk) censusReply {
 		ls, total := l.c.List(ask.Filter.sched(), ask.Limit)
 		r.Total = total
 		for _, t := range ls {
-			r.Tasks = append(r.Tasks, censusTask{ID: t.ID, BizType: t.BizType, Status: t.Status, Due: t.Due, Rev: t.Rev})
+			r.Tasks = append(r.Tasks, censusTask{ID: t.ID, BizType: t.BizType, Status: t.Status, Due: t.Due, Rev: t.Rev, Series: t.Series})
 		}
 	case "count":
 		r.Counts = l.c.Count()

@@ -21,11 +21,12 @@ import (
 
 // candidate is a record the reconciler found overdue.
 type candidate struct {
-	id   string
-	rev  uint64
-	kind jobKind // jobFire (WAITING) or jobLease (RUNNING)
-	due  int64   // when the index should have had it due, UTC Unix ms
-	biz  string
+	id     string
+	rev    uint64
+	kind   jobKind // jobFire (WAITING) or jobLease (RUNNING)
+	due    int64   // when the index should have had it due, UTC Unix ms
+	biz    string
+	series *kvstore.Series
 }
 
 // reconcileMsg is the reconciler's message to the loop: a question (is c in hand? the loop sends
@@ -136,7 +137,7 @@ func (b *Bridge) reconcileOne(ctx context.Context, out chan<- reconcileMsg, repl
 // overdue says whether the record should have had its next step by nowMs, by more than the grace.
 func (b *Bridge) overdue(e *kvstore.Entry, nowMs int64) (candidate, bool) {
 	t := &e.Task
-	c := candidate{id: t.ID, rev: e.Revision, biz: t.BizType}
+	c := candidate{id: t.ID, rev: e.Revision, biz: t.BizType, series: t.Series}
 	switch t.Status {
 	case kvstore.StatusWaiting:
 		c.kind, c.due = jobFire, t.DueAt
@@ -151,7 +152,7 @@ func (b *Bridge) overdue(e *kvstore.Entry, nowMs int64) (candidate, bool) {
 // reconciled answers the reconciler: a question gets whether c is suspect; a confirmed candidate
 // that is still suspect is repaired.
 func (l *loopState) reconciled(m reconcileMsg) {
-	c := sched.Candidate{ID: m.c.id, Rev: m.c.rev, Kind: m.c.kind, Due: m.c.due, BizType: m.c.biz}
+	c := sched.Candidate{ID: m.c.id, Rev: m.c.rev, Kind: m.c.kind, Due: m.c.due, BizType: m.c.biz, Series: m.c.series}
 	why := l.c.Suspect(c)
 	if !l.c.Owns(c.ID) || l.loading(kvstore.Partition(c.ID, l.b.nparts)) {
 		why = "" // the partition moved away meanwhile, or its watch is still loading it

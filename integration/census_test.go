@@ -83,6 +83,7 @@ func TestListStatsReplicas(t *testing.T) {
 	for i := range 5 {
 		e.schedule("reports", strings.Repeat("r", 1000), bridge.HeaderTaskID, fmt.Sprintf("rep-%d", i), bridge.HeaderDelay, "2h")
 	}
+	e.schedule("ticks", "t", bridge.HeaderTaskID, "tick-series", bridge.HeaderEvery, "1h")
 	for i := range 4 {
 		e.schedule("pay", "p", bridge.HeaderTaskID, fmt.Sprintf("pay-%d", i), bridge.HeaderMaxRetry, "0")
 	}
@@ -93,11 +94,15 @@ func TestListStatsReplicas(t *testing.T) {
 	e.waitStatus("ord-29", kvstore.StatusWaiting, 10*time.Second)
 
 	var all listPage
-	if !checkFor(10*time.Second, func() bool { return e.apiJSON(bridge.APIList, "", &all) == "" && len(all.Tasks) == 39 }) {
-		t.Fatalf("list of everything: %d tasks, want 39", len(all.Tasks))
+	if !checkFor(10*time.Second, func() bool { return e.apiJSON(bridge.APIList, "", &all) == "" && len(all.Tasks) == 40 }) {
+		t.Fatalf("list of everything: %d tasks, want 40", len(all.Tasks))
 	}
-	if all.NextCursor != "" || all.Total != 39 {
-		t.Errorf("list of everything: next_cursor %q, total %d; want none and 39", all.NextCursor, all.Total)
+	if all.NextCursor != "" || all.Total != 40 {
+		t.Errorf("list of everything: next_cursor %q, total %d; want none and 40", all.NextCursor, all.Total)
+	}
+	var series listPage
+	if code := e.apiJSON(bridge.APIList, map[string]any{"series": true}, &series); code != "" || len(series.Tasks) != 1 || series.Tasks[0].ID != "tick-series" {
+		t.Errorf("list of series: %+v (%s), want tick-series alone", series.Tasks, code)
 	}
 	if !slices.IsSortedFunc(all.Tasks, func(a, b struct {
 		ID        string `json:"id"`
@@ -231,7 +236,7 @@ func checkReplicas(t *testing.T, e *env) {
 			house++
 		}
 	}
-	if rs.Replicas[0].ID != "census-a" || rs.Replicas[1].ID != "census-b" || parts != kvstore.DefaultPartitions || house != 1 || indexed != 35 {
-		t.Errorf("replicas: %+v; want census-a and census-b, %d partitions, one housekeeper, 35 indexed", rs, kvstore.DefaultPartitions)
+	if rs.Replicas[0].ID != "census-a" || rs.Replicas[1].ID != "census-b" || parts != kvstore.DefaultPartitions || house != 1 || indexed != 36 {
+		t.Errorf("replicas: %+v; want census-a and census-b, %d partitions, one housekeeper, 36 indexed", rs, kvstore.DefaultPartitions)
 	}
 }

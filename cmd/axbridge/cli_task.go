@@ -13,7 +13,7 @@ import (
 type cliOpts struct {
 	biz, status, dueAfter, dueBefore, idPrefix, cursor string
 	limit                                              int
-	all                                                bool
+	all, series                                        bool
 	rate                                               float64
 	delay, at, by                                      string
 	run                                                bool
@@ -32,6 +32,7 @@ func (c *cli) addFlags(o *cliOpts) {
 	fs.IntVar(&o.limit, "limit", 0, "list: tasks per page (default 100, at most 1000)")
 	fs.StringVar(&o.cursor, "cursor", "", "list: the page after this cursor (the last page's next_cursor)")
 	fs.BoolVar(&o.all, "all", false, "list: every page, not only the first")
+	fs.BoolVar(&o.series, "series", false, "list, bulk: only recurring tasks (Ax-Every, Ax-Cron)")
 	fs.Float64Var(&o.rate, "rate", 0, "bulk: tasks per second (default 100); biz set: fires per second across replicas (0: no bound)")
 	fs.StringVar(&o.delay, "delay", "", "reschedule: due this long from now")
 	fs.StringVar(&o.at, "at", "", "reschedule: due at this RFC 3339 time")
@@ -129,6 +130,9 @@ func (o *cliOpts) filter() map[string]any {
 	}
 	if o.status != "" {
 		f["status"] = strings.Split(strings.ToUpper(o.status), ",")
+	}
+	if o.series {
+		f["series"] = true
 	}
 	return f
 }

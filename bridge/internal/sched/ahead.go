@@ -29,7 +29,7 @@ func (c *Core) hold(e *record.Entry) {
 	t.retry, t.retryDue = false, 0
 	c.dropNear(t)
 	c.setHeld(t, e)
-	c.idx.put(id, e.Task.DueAt, e.Revision, Publish, c.tagOf(e.Task.BizType))
+	c.idx.put(id, e.Task.DueAt, e.Revision, Publish, c.tagOfTask(&e.Task))
 }
 
 // PublishDue hands out (Ready.Publish) the held fires that are due by the core's time, at most

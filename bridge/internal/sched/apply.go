@@ -87,7 +87,7 @@ func (c *Core) unsureLanded(e *record.Entry, tok uint64) {
 // index puts e's next step in the index, or takes the task out if it is final.
 func (c *Core) index(t *task, e record.Entry) {
 	id, rt := e.Task.ID, &e.Task
-	tag := c.tagOf(rt.BizType)
+	tag := c.tagOfTask(rt)
 	c.keepDead(e, tag)
 	if rt.Status != record.StatusRunning {
 		c.ready.Drops = append(c.ready.Drops, Drop{id, e.Revision})

@@ -26,6 +26,18 @@ func newCensus() census {
 	return census{nums: map[string]uint32{}, names: []string{""}, dead: timingwheel.New(1)}
 }
 
+// seriesTag marks the tag of a series' task (Filter.Series); the rest of a tag is its bizType's
+// number.
+const seriesTag = 1 << 31
+
+// tagOfTask is t's tag: its bizType's number, and whether it is a series.
+func (c *Core) tagOfTask(t *record.Task) uint32 {
+	if t.Series != nil {
+		return c.tagOf(t.BizType) | seriesTag
+	}
+	return c.tagOf(t.BizType)
+}
+
 // tagOf returns bizType's number, giving it one if it has none. Numbers are never taken back:
 // a replica sees a bounded set of bizTypes.
 func (c *Core) tagOf(biz string) uint32 {
@@ -68,6 +80,7 @@ type Listed struct {
 	Status  record.Status
 	Due     int64 // UTC Unix ms: the record's due time
 	Rev     uint64
+	Series  bool
 }
 
 // before orders by due time, then id.
@@ -78,7 +91,7 @@ func (a *Listed) before(b *Listed) bool {
 // scanned is one task in a census scan; id is valid only during the call.
 type scanned struct {
 	id     []byte
-	tag    uint32
+	tag    uint32 // with seriesTag
 	status record.Status
 	due    int64
 	rev    uint64
@@ -142,6 +155,7 @@ type Filter struct {
 	DueAfter  int64           // UTC Unix ms, 0: none; due at or after
 	DueBefore int64           // UTC Unix ms, 0: none; due before
 	IDPrefix  string
+	Series    bool // only series
 	// After is the cursor: only tasks ordered after it (Listed.before), if its ID is set.
 	After Listed
 }
@@ -155,7 +169,8 @@ func (c *Core) matcher(f *Filter) func(s *scanned) bool {
 	prefix := []byte(f.IDPrefix)
 	return func(s *scanned) bool {
 		switch {
-		case f.BizType != "" && (!known || s.tag != tag),
+		case f.BizType != "" && (!known || s.tag&^seriesTag != tag),
+			f.Series && s.tag&seriesTag == 0,
 			len(want) > 0 && !want[s.status],
 			f.DueAfter != 0 && s.due < f.DueAfter,
 			f.DueBefore != 0 && s.due >= f.DueBefore,
@@ -187,7 +202,8 @@ func (c *Core) List(f Filter, limit int) (out []Listed, total int) {
 		if worst != nil && (s.due > worst.Due || s.due == worst.Due && string(s.id) >= worst.ID) {
 			return
 		}
-		l := Listed{ID: string(s.id), BizType: c.census.names[s.tag], Status: s.status, Due: s.due, Rev: s.rev}
+		l := Listed{ID: string(s.id), BizType: c.census.names[s.tag&^seriesTag], Status: s.status, Due: s.due, Rev: s.rev,
+			Series: s.tag&seriesTag != 0}
 		if out = append(out, l); len(out) >= 4*limit {
 			out, worst = cut(out, limit), &out[limit-1]
 		}
@@ -228,7 +244,7 @@ func (c *Core) Count() map[string]Counts {
 	byTag := make([]Counts, len(c.census.names))
 	now := c.now.Ms
 	c.scan(func(s *scanned) {
-		n := &byTag[s.tag]
+		n := &byTag[s.tag&^seriesTag]
 		switch s.status {
 		case record.StatusRunning:
 			n.Running++

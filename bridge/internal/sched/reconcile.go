@@ -30,7 +30,7 @@ func (c *Core) Repair(cd Candidate) {
 		t.retry, t.retryDue = false, 0
 		c.tidy(cd.ID)
 	}
-	c.idx.put(cd.ID, c.now.Ms, cd.Rev, cd.Kind, c.tagOf(cd.BizType))
+	c.idx.put(cd.ID, c.now.Ms, cd.Rev, cd.Kind, c.tagOfTask(&record.Task{BizType: cd.BizType, Series: cd.Series}))
 }
 
 // Overdue counts the fires due by now that have not gone out (indexed, queued, or waiting for a

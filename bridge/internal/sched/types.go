@@ -72,6 +72,7 @@ type Candidate struct {
 	Kind    Kind  // Fire (WAITING) or Lease (RUNNING)
 	Due     int64 // UTC Unix ms
 	BizType string
+	Series  *record.Series // the record's, if it is a series
 }
 
 // Drop tells the fired cache to forget ID unless it holds a revision newer than Rev.
