@@ -38,6 +38,8 @@ type options struct {
 	writeBatch                              int
 
 	metricsAddr         string
+	uiAddr, uiToken     string
+	uiReadOnly          bool
 	logFormat, logLevel string
 	stopTimeout         time.Duration
 }
@@ -96,6 +98,9 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.DurationVar(&o.alarmP99, "alarm-p99", bridge.DefaultAlarmP99, "lateness alarm: when a bizType's p99 lateness over the last minute passes this, ax.alarm.<bizType> says firing (and resolved once it stays under for a minute); a bizType's alarm_p99 setting wins; negative: no alarm")
 	fs.DurationVar(&o.alarmOverdue, "alarm-overdue", bridge.DefaultAlarmOverdue, "overdue alarm: when a task of a bizType (not paused) has waited this long past its due time without a fire, ax.alarm.<bizType> says firing (alarm overdue), and resolved once none has for a minute; negative: no alarm")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics on http://<addr>/metrics; empty disables")
+	fs.StringVar(&o.uiAddr, "ui-addr", "", "serve the status page on http://<addr>/ (such as 127.0.0.1:8080); empty: no page")
+	fs.StringVar(&o.uiToken, "ui-token", "", "the status page asks for this as its password (HTTP basic auth, any user name) or bearer token; needed when --ui-addr is beyond loopback (prefer AX_UI_TOKEN)")
+	fs.BoolVar(&o.uiReadOnly, "ui-read-only", false, "the status page shows, and changes nothing (no requeue)")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (colour on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long a graceful stop may take")

@@ -42,6 +42,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := checkAuth(o); err != nil {
 		return err
 	}
+	if err := checkUI(o); err != nil {
+		return err
+	}
 	replica, err := replicaID(o.replicaID, o.dataDir, os.Hostname, log.Warn)
 	if err != nil {
 		return err
@@ -127,6 +130,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	hc.set(b)
 	if err := b.Start(ctx); err != nil {
 		return err
+	}
+	if o.uiAddr != "" {
+		srv, err := serveUI(ctx, o, nc, log)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
 	}
 	go func() {
 		// The initial load of the index leaves garbage and idle heap of its own (about as much
