@@ -44,6 +44,7 @@ func (r *runner) measureCensus(ctx context.Context, nc *nats.Conn, total int, x 
 			}
 		}
 		x.vals[p.key] = slices.Max(took)
+		x.notes = append(x.notes, fmt.Sprintf("%s: %v ms, in turn", p.key, took))
 	}
 	return nil
 }

@@ -274,6 +274,7 @@ func TestRolePermissions(t *testing.T) {
 	if got := api(bridge.APIGet, "order-2"); got != "WAITING" {
 		t.Fatalf("operator get order-2: %s", got)
 	}
+	checkOperatorCensus(t, op, br.nc)
 	if got := api(bridge.APICancel, "order-2"); got != "CANCELLED" {
 		t.Fatalf("operator cancel order-2: %s", got)
 	}
