@@ -218,7 +218,7 @@ func (b *Bridge) audit(j bulkJob) {
 		biz = "_all"
 	}
 	data, _ := json.Marshal(j)
-	if err := b.nc.Publish(b.cfg.subj.prefix+".audit."+biz, data); err != nil {
+	if err := b.nc.Publish(b.cfg.subj.audit+biz, data); err != nil {
 		b.log.Warn("audit event not published", "job", j.Job, "err", err)
 	}
 	b.log.Info("bulk job", "job", j.Job, "action", j.Action, "state", j.State, "by", j.By, "done", j.Done,

@@ -85,6 +85,7 @@ type subjects struct {
 	api                                            string // the task API's group, prefix.api.task
 	apiBiz                                         string // the settings API's group, prefix.api.biz
 	alarm, stats                                   string // prefix.alarm., prefix.stats. (alarm.go)
+	audit                                          string // prefix.audit. (bulk.go)
 	service                                        string // the micro service's name and queue group, prefix + "bridge"
 }
 
@@ -103,6 +104,7 @@ func subjectsOf(prefix string) subjects {
 		apiBiz:    p + "api.biz",
 		alarm:     p + "alarm.",
 		stats:     p + "stats.",
+		audit:     p + "audit.",
 		service:   prefix + "bridge",
 	}
 }

@@ -72,7 +72,7 @@ func TestSubjectsOfPrefix(t *testing.T) {
 	ax := subjectsOf(DefaultPrefix)
 	for got, want := range map[string]string{
 		ax.schedule: SchedulePrefix, ax.fire: FirePrefix, ax.ack: AckPrefix, ax.rejected: RejectedPrefix,
-		ax.duplicate: DuplicatePrefix, ax.dead: DeadPrefix, ax.api: APIPrefix, ax.service: "axbridge",
+		ax.duplicate: DuplicatePrefix, ax.dead: DeadPrefix, ax.api: APIPrefix, ax.service: "axbridge", ax.audit: AuditPrefix,
 	} {
 		if got != want {
 			t.Errorf("default prefix: %q, want the constant %q", got, want)
@@ -81,7 +81,7 @@ func TestSubjectsOfPrefix(t *testing.T) {
 	b2 := subjectsOf("b2")
 	for got, want := range map[string]string{
 		b2.schedule: "b2.schedule.", b2.fire: "b2.fire.", b2.ack: "b2.ack.", b2.rejected: "b2.rejected.",
-		b2.duplicate: "b2.duplicate.", b2.dead: "b2.dead.", b2.api: "b2.api.task", b2.service: "b2bridge",
+		b2.duplicate: "b2.duplicate.", b2.dead: "b2.dead.", b2.api: "b2.api.task", b2.service: "b2bridge", b2.audit: "b2.audit.",
 		b2.ackSubject("orders", 3, 9, "a.b"): "b2.ack.orders.3.9.a.b", b2.ackFilter(3): "b2.ack.*.3.>",
 	} {
 		if got != want {
