@@ -42,7 +42,7 @@ func (b buildOnce) Run() int {
 func tinyArgs() []string {
 	return []string{"--nats-server", serverBin, "--sync", "default",
 		"--burst", "200", "--spread", "50", "--pending", "2000", "--lead", "3s",
-		"--series-ticks", "3", "--limit-tasks", "300"}
+		"--series-ticks", "3", "--limit-tasks", "300", "--bulk-tasks", "200"}
 }
 
 // The whole bench at tiny sizes against nats-server subprocesses: every row is there, with a
@@ -68,7 +68,8 @@ func TestBenchTinyAllRows(t *testing.T) {
 		got[r.Key] = r
 	}
 	bridgeOnly := map[string]bool{"heap_steady": true, "heap_restart": true, "spread_conflicts": true, "burst_conflicts": true,
-		"limit_peak": true, "limit_drain": true, "census_list": true, "census_list_one": true, "census_stats": true}
+		"limit_peak": true, "limit_drain": true, "census_list": true, "census_list_one": true, "census_stats": true,
+		"bulk_dry": true, "bulk_requeue": true, "bulk_rate": true}
 	for _, d := range rowDefs {
 		r, ok := got[d.key]
 		if !ok {

@@ -31,6 +31,8 @@ type options struct {
 	// seriesTicks: ticks of the 1s series in the series rows; limitTasks: tasks in the limits rows.
 	seriesTicks int
 	limitTasks  int
+	bulkTasks   int     // DEAD tasks requeued in the bulk rows
+	bulkRate    float64 // their bulk job's rate
 	payload     int // bytes of every task's body
 	lead        time.Duration
 	only        []string // scenarios to run, in table order
@@ -42,7 +44,7 @@ type options struct {
 }
 
 // scenarios in run and table order; --only also takes the aliases in scenarioAlias.
-var scenarios = []string{"intake", "spread", "burst", "isolation", "series", "limits", "pending"}
+var scenarios = []string{"intake", "spread", "burst", "isolation", "series", "limits", "bulk", "pending"}
 
 var scenarioAlias = map[string]string{
 	"writes": "burst", "drain": "burst", "lateness": "spread",
@@ -66,10 +68,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.burst, "burst", 50000, "tasks due at one instant in the burst and writes rows")
 	fs.IntVar(&o.seriesTicks, "series-ticks", 60, "ticks of the every-second series in the series rows")
 	fs.IntVar(&o.limitTasks, "limit-tasks", 5000, "tasks due at once in the limits rows (max_in_flight 100)")
+	fs.IntVar(&o.bulkTasks, "bulk-tasks", 10000, "DEAD tasks requeued by one bulk job in the bulk rows")
+	fs.Float64Var(&o.bulkRate, "bulk-rate", 2000, "that job's rate, tasks per second")
 	fs.IntVar(&o.pending, "pending", 1000000, "far-future tasks pending in the memory and restart rows")
 	fs.IntVar(&o.payload, "payload-bytes", len(basePayload), "bytes of every task's body, both sides (a small JSON object, padded)")
 	fs.DurationVar(&o.lead, "lead", 0, "time from the start of publishing a burst to its due instant (default: from the intake row's rate)")
-	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), isolation, series, limits, pending (heap, memory, rss, restart); default all")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), isolation, series, limits, bulk, pending (heap, memory, rss, restart); default all")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary to run (default: build the module's nats-server into a temp dir)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the bridge runs in it) from the pending row's restart until its index is loaded")
@@ -86,7 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("--sync %q: want always or default", o.sync))
 	}
 	o.intake = cmpOr(o.intake, o.burst)
-	for name, v := range map[string]int{"--bridges": o.bridges, "--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending, "--payload-bytes": o.payload, "--series-ticks": o.seriesTicks, "--limit-tasks": o.limitTasks} {
+	for name, v := range map[string]int{"--bridges": o.bridges, "--intake": o.intake, "--spread": o.spread, "--burst": o.burst, "--pending": o.pending, "--payload-bytes": o.payload, "--series-ticks": o.seriesTicks, "--limit-tasks": o.limitTasks, "--bulk-tasks": o.bulkTasks} {
 		if v < 1 {
 			errs = append(errs, fmt.Errorf("%s %d: want at least 1", name, v))
 		}
@@ -107,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			s = a
 		}
 		if !slices.Contains(scenarios, s) {
-			errs = append(errs, fmt.Errorf("--only %q: want some of intake, spread, burst, writes, isolation, series, limits, pending, heap, restart", s))
+			errs = append(errs, fmt.Errorf("--only %q: want some of intake, spread, burst, writes, isolation, series, limits, bulk, pending, heap, restart", s))
 			continue
 		}
 		picked[s] = true

@@ -56,6 +56,9 @@ func (r *runner) scenario(ctx context.Context, sc, side string) *result {
 	case "native/limits": // native schedules have no such bound: no figure
 	case "bridge/limits":
 		x.err = r.bridgeLimits(ctx, srv, x)
+	case "native/bulk": // native schedules have no DEAD state and no bulk operations: no figure
+	case "bridge/bulk":
+		x.err = r.bridgeBulk(ctx, srv, x)
 	case "native/pending":
 		x.err = r.nativePending(ctx, srv, x)
 	case "bridge/pending":
