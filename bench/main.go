@@ -33,7 +33,7 @@ type options struct {
 	limitTasks  int
 	bulkTasks   int     // DEAD tasks requeued in the bulk rows
 	bulkRate    float64 // their bulk job's rate
-	payload     int // bytes of every task's body
+	payload     int     // bytes of every task's body
 	lead        time.Duration
 	only        []string // scenarios to run, in table order
 	json        bool
