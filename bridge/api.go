@@ -25,8 +25,8 @@ const (
 	apiVersion = "0.1.0"
 )
 
-// taskView is a task record as the API shows it: times in RFC 3339, durations as Go durations.
-type taskView struct {
+// TaskView is a task record as the API shows it: times in RFC 3339, durations as Go durations.
+type TaskView struct {
 	ID            string              `json:"id"`
 	BizType       string              `json:"biz_type"`
 	Status        kvstore.Status      `json:"status"`
@@ -46,7 +46,7 @@ type taskView struct {
 	Payload       *string             `json:"payload,omitempty"`           // when it is UTF-8 text
 	PayloadBinary []byte              `json:"payload_base64,omitempty"`    // otherwise
 	PayloadCut    bool                `json:"payload_truncated,omitempty"` // a list shows the first bytes only
-	Series        *seriesView         `json:"series,omitempty"`
+	Series        *SeriesView         `json:"series,omitempty"`
 }
 
 // apiTime is a record's time as the API shows it: the format of Ax-Due-At, "" for 0.
@@ -57,9 +57,9 @@ func apiTime(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format(DueAtLayout)
 }
 
-func viewOf(e kvstore.Entry) taskView {
+func viewOf(e kvstore.Entry) TaskView {
 	t := &e.Task
-	v := taskView{
+	v := TaskView{
 		ID: t.ID, BizType: t.BizType, Status: t.Status, Revision: e.Revision, DueAt: apiTime(t.DueAt),
 		Attempt: t.Attempt, MaxRetry: t.MaxRetry, AckWait: t.AckWait.String(), LeaseUntil: apiTime(t.LeaseUntil),
 		Owner: t.Owner, CreatedAt: apiTime(t.CreatedAt), UpdatedAt: apiTime(t.UpdatedAt), FinishedAt: apiTime(t.FinishedAt),

@@ -42,9 +42,9 @@ type listRequest struct {
 	Cursor    string           `json:"cursor,omitempty"`
 }
 
-// listResponse is a list page.
-type listResponse struct {
-	Tasks      []taskView `json:"tasks"`
+// ListPage is a list page (ax.api.task.list).
+type ListPage struct {
+	Tasks      []TaskView `json:"tasks"`
 	NextCursor string     `json:"next_cursor"`
 	Total      int        `json:"total"` // tasks the filter selects from the cursor on, this page's among them
 }
@@ -145,13 +145,13 @@ func (b *Bridge) apiList(ctx context.Context, r micro.Request) {
 }
 
 // listPage gathers the replicas' lists, keeps the first limit tasks and reads their records.
-func (b *Bridge) listPage(ctx context.Context, f censusFilter, limit int) (listResponse, error) {
+func (b *Bridge) listPage(ctx context.Context, f censusFilter, limit int) (ListPage, error) {
 	rs, err := b.askAll(ctx, censusAsk{Op: "list", Filter: f, Limit: limit}, false)
 	if err != nil {
-		return listResponse{}, err
+		return ListPage{}, err
 	}
 	ts, total := b.mergeTasks(rs)
-	out := listResponse{Tasks: []taskView{}, Total: total}
+	out := ListPage{Tasks: []TaskView{}, Total: total}
 	if len(ts) > limit {
 		ts = ts[:limit]
 	}
@@ -165,7 +165,7 @@ func (b *Bridge) listPage(ctx context.Context, f censusFilter, limit int) (listR
 	}
 	es, err := b.store.GetMany(ctx, ids)
 	if err != nil {
-		return listResponse{}, fmt.Errorf("read the page's records: %w", err)
+		return ListPage{}, fmt.Errorf("read the page's records: %w", err)
 	}
 	byID := make(map[string]kvstore.Entry, len(es))
 	for _, e := range es {
@@ -180,7 +180,7 @@ func (b *Bridge) listPage(ctx context.Context, f censusFilter, limit int) (listR
 }
 
 // previewOf is a task's view with at most listPreview bytes of its payload.
-func previewOf(e kvstore.Entry) taskView {
+func previewOf(e kvstore.Entry) TaskView {
 	p := e.Task.Payload
 	cut := len(p) > listPreview
 	if cut {

@@ -8,8 +8,8 @@ import (
 	"github.com/axbridge/axbridge/series"
 )
 
-// seriesView is a series as the task API shows it (subjects.md, "Recurring tasks").
-type seriesView struct {
+// SeriesView is a series as the task API shows it (subjects.md, "Recurring tasks").
+type SeriesView struct {
 	Every     string `json:"every,omitempty"`
 	Cron      string `json:"cron,omitempty"`
 	Zone      string `json:"time_zone,omitempty"`
@@ -32,11 +32,11 @@ type seriesView struct {
 	DSTWarning string `json:"dst_warning,omitempty"`
 }
 
-func seriesViewOf(s *kvstore.Series) *seriesView {
+func seriesViewOf(s *kvstore.Series) *SeriesView {
 	if s == nil {
 		return nil
 	}
-	v := &seriesView{
+	v := &SeriesView{
 		Cron: s.Cron, Misfire: s.Misfire, Catchup: s.Catchup.String(), Overlap: s.Overlap,
 		MaxRuns: s.MaxRuns, Until: apiTime(s.Until), Tick: apiTime(s.Tick), NextTick: apiTime(s.Next), Run: s.Run,
 		Missed: s.Missed, Coalesced: s.Coalesced, Skipped: s.Skipped, Dead: s.Dead, Ending: s.Ending,

@@ -11,8 +11,8 @@ import (
 	"github.com/axbridge/axbridge/bridge/internal/sched"
 )
 
-// bizStats is one bizType's figures in a stats answer.
-type bizStats struct {
+// BizStats is one bizType's figures in a stats answer.
+type BizStats struct {
 	Waiting int `json:"waiting"`
 	Running int `json:"running"`
 	Dead    int `json:"dead"`
@@ -26,21 +26,21 @@ type bizStats struct {
 	OldestOverdue string       `json:"oldest_overdue,omitempty"` // its due time
 	OverdueFor    string       `json:"overdue_for,omitempty"`    // how long it has waited past due
 	Paused        bool         `json:"paused,omitempty"`
-	Lateness      *lateSummary `json:"lateness,omitempty"`
+	Lateness      *LateSummary `json:"lateness,omitempty"`
 }
 
-// lateSummary is a bizType's fire lateness over the alarm window, from every replica's reports.
-type lateSummary struct {
+// LateSummary is a bizType's fire lateness over the alarm window, from every replica's reports.
+type LateSummary struct {
 	P50    string `json:"p50"`
 	P99    string `json:"p99"`
 	Fires  int64  `json:"fires"`
 	Window string `json:"window"`
 }
 
-// statsResponse is the stats answer.
-type statsResponse struct {
-	BizTypes   map[string]*bizStats `json:"biz_types"`
-	Total      bizStats             `json:"total"`
+// Stats is the stats answer (ax.api.task.stats).
+type Stats struct {
+	BizTypes   map[string]*BizStats `json:"biz_types"`
+	Total      BizStats             `json:"total"`
 	Replicas   int                  `json:"replicas"` // that answered
 	Partitions int                  `json:"partitions"`
 	At         string               `json:"at"`
@@ -56,20 +56,20 @@ func (b *Bridge) apiStats(ctx context.Context, r micro.Request) {
 	_ = r.RespondJSON(st)
 }
 
-func (b *Bridge) stats(ctx context.Context) (statsResponse, error) {
+func (b *Bridge) stats(ctx context.Context) (Stats, error) {
 	rs, err := b.askAll(ctx, censusAsk{Op: "count"}, false)
 	if err != nil {
-		return statsResponse{}, err
+		return Stats{}, err
 	}
 	now := time.Now()
-	out := statsResponse{BizTypes: map[string]*bizStats{}, Replicas: len(rs), Partitions: b.nparts,
+	out := Stats{BizTypes: map[string]*BizStats{}, Replicas: len(rs), Partitions: b.nparts,
 		At: now.UTC().Format(DueAtLayout)}
 	oldest := map[string]int64{}
 	for _, rep := range rs {
 		for biz, n := range rep.Counts {
 			s := out.BizTypes[biz]
 			if s == nil {
-				s = &bizStats{}
+				s = &BizStats{}
 				out.BizTypes[biz] = s
 			}
 			s.add(n)
@@ -86,10 +86,10 @@ func (b *Bridge) stats(ctx context.Context) (statsResponse, error) {
 	for biz, l := range b.alarm.p99s(now, b.cfg.AlarmWindow) {
 		s := out.BizTypes[biz]
 		if s == nil {
-			s = &bizStats{}
+			s = &BizStats{}
 			out.BizTypes[biz] = s
 		}
-		s.Lateness = &lateSummary{P50: l.p50.String(), P99: l.p99.String(), Fires: l.n, Window: b.cfg.AlarmWindow.String()}
+		s.Lateness = &LateSummary{P50: l.p50.String(), P99: l.p99.String(), Fires: l.n, Window: b.cfg.AlarmWindow.String()}
 	}
 	for biz, s := range out.BizTypes {
 		s.Paused = b.biz.get(biz).Paused
@@ -97,7 +97,7 @@ func (b *Bridge) stats(ctx context.Context) (statsResponse, error) {
 	return out, nil
 }
 
-func (s *bizStats) add(n sched.Counts) {
+func (s *BizStats) add(n sched.Counts) {
 	s.Waiting += n.Waiting
 	s.Running += n.Running
 	s.Dead += n.Dead
@@ -107,8 +107,8 @@ func (s *bizStats) add(n sched.Counts) {
 	s.Due.Later += n.Later
 }
 
-// replicaView is one replica in the replicas answer.
-type replicaView struct {
+// ReplicaView is one replica in the replicas answer.
+type ReplicaView struct {
 	ID          string `json:"id"`
 	Partitions  []int  `json:"partitions"`
 	Owned       int    `json:"owned"`
@@ -119,6 +119,12 @@ type replicaView struct {
 	Members     int    `json:"members"`
 }
 
+// ReplicasPage is the replicas answer.
+type ReplicasPage struct {
+	Replicas   []ReplicaView `json:"replicas"`
+	Partitions int           `json:"partitions"`
+}
+
 // apiReplicas answers with every replica that answered within the wait, sorted by id.
 func (b *Bridge) apiReplicas(ctx context.Context, r micro.Request) {
 	rs, err := b.askAll(ctx, censusAsk{Op: "replicas"}, true)
@@ -126,14 +132,11 @@ func (b *Bridge) apiReplicas(ctx context.Context, r micro.Request) {
 		censusError(r, err)
 		return
 	}
-	out := struct {
-		Replicas   []replicaView `json:"replicas"`
-		Partitions int           `json:"partitions"`
-	}{Partitions: b.nparts}
+	out := ReplicasPage{Partitions: b.nparts}
 	for _, x := range rs {
-		out.Replicas = append(out.Replicas, replicaView{ID: x.Replica, Partitions: x.Partitions, Owned: len(x.Partitions) + len(x.Loading),
+		out.Replicas = append(out.Replicas, ReplicaView{ID: x.Replica, Partitions: x.Partitions, Owned: len(x.Partitions) + len(x.Loading),
 			Loading: x.Loading, Housekeeper: x.Housekeeper, Indexed: x.Indexed, LeaseLeft: x.LeaseLeft, Members: x.Members})
 	}
-	slices.SortFunc(out.Replicas, func(a, c replicaView) int { return strings.Compare(a.ID, c.ID) })
+	slices.SortFunc(out.Replicas, func(a, c ReplicaView) int { return strings.Compare(a.ID, c.ID) })
 	_ = r.RespondJSON(out)
 }

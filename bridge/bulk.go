@@ -44,8 +44,16 @@ type bulkRequest struct {
 	Stop   bool        `json:"stop,omitempty"`
 }
 
-// bulkJob is a job's record, and the answer to a real run or a progress request.
-type bulkJob struct {
+// BulkDryRun is the answer to a dry run.
+type BulkDryRun struct {
+	DryRun bool       `json:"dry_run"`
+	Action string     `json:"action"`
+	Count  int        `json:"count"`
+	Sample []TaskView `json:"sample"`
+}
+
+// BulkJob is a job's record, and the answer to a real run or a progress request.
+type BulkJob struct {
 	Job        string       `json:"job"`
 	Action     string       `json:"action"`
 	Filter     censusFilter `json:"filter"`
@@ -72,8 +80,8 @@ type bulkJob struct {
 const bulkExample = `{"action":"requeue","filter":{"biz_type":"pay","status":["DEAD"]},"dry_run":false,"rate":100}`
 
 // parseBulk reads and checks a bulk request that starts a job (or dry-runs one).
-func (b *Bridge) parseBulk(q bulkRequest) (bulkJob, error) {
-	j := bulkJob{Action: q.Action, Rate: q.Rate, Delay: q.Delay, DueAt: q.DueAt, By: q.By}
+func (b *Bridge) parseBulk(q bulkRequest) (BulkJob, error) {
+	j := BulkJob{Action: q.Action, Rate: q.Rate, Delay: q.Delay, DueAt: q.DueAt, By: q.By}
 	switch q.Action {
 	case "requeue", "cancel", "delete":
 		if q.Delay != "" || q.DueAt != "" {
@@ -131,12 +139,7 @@ func (b *Bridge) apiBulk(ctx context.Context, r micro.Request) {
 		return
 	}
 	if q.DryRun == nil || *q.DryRun {
-		_ = r.RespondJSON(struct {
-			DryRun bool       `json:"dry_run"`
-			Action string     `json:"action"`
-			Count  int        `json:"count"`
-			Sample []taskView `json:"sample"`
-		}{true, j.Action, page.Total, page.Tasks})
+		_ = r.RespondJSON(BulkDryRun{true, j.Action, page.Total, page.Tasks})
 		return
 	}
 	j.Matched = page.Total
@@ -176,7 +179,7 @@ func (b *Bridge) bulkProgress(ctx context.Context, r micro.Request, q bulkReques
 			_ = r.Error("500", err.Error(), nil)
 			return
 		}
-		var j bulkJob
+		var j BulkJob
 		if err := json.Unmarshal(e.Value(), &j); err != nil {
 			_ = r.Error("500", "job record: "+err.Error(), nil)
 			return
@@ -197,7 +200,7 @@ func (b *Bridge) bulkProgress(ctx context.Context, r micro.Request, q bulkReques
 }
 
 // startBulk stores a new job, held by this replica, and runs it.
-func (b *Bridge) startBulk(ctx context.Context, j *bulkJob) error {
+func (b *Bridge) startBulk(ctx context.Context, j *BulkJob) error {
 	now := apiTime(b.cfg.Now().UnixMilli())
 	j.Job, j.State, j.Replica, j.StartedAt, j.UpdatedAt = uuid.NewString(), "running", b.cfg.ReplicaID, now, now
 	j.LeaseUntil = apiTime(b.cfg.Now().Add(b.bulkLeaseOf()).UnixMilli())
@@ -212,7 +215,7 @@ func (b *Bridge) startBulk(ctx context.Context, j *bulkJob) error {
 }
 
 // audit publishes the job's state on <prefix>.audit.<bizType> (_all for a filter of no bizType).
-func (b *Bridge) audit(j bulkJob) {
+func (b *Bridge) audit(j BulkJob) {
 	biz := j.Filter.BizType
 	if biz == "" {
 		biz = "_all"

@@ -27,7 +27,7 @@ const (
 
 // runBulk runs job j (its record at revision rev, held by this replica) until it ends, this
 // replica stops, or the job is stopped or taken over.
-func (b *Bridge) runBulk(j bulkJob, rev uint64) {
+func (b *Bridge) runBulk(j BulkJob, rev uint64) {
 	s := &b.svc.api
 	s.bulks.Add(1)
 	go func() {
@@ -36,7 +36,7 @@ func (b *Bridge) runBulk(j bulkJob, rev uint64) {
 	}()
 }
 
-func (b *Bridge) bulkLoop(ctx context.Context, j bulkJob, rev uint64) {
+func (b *Bridge) bulkLoop(ctx context.Context, j BulkJob, rev uint64) {
 	lim := rate.NewLimiter(rate.Limit(j.Rate), max(1, int(j.Rate)))
 	started, _ := time.Parse(DueAtLayout, j.StartedAt)
 	per := min(max(int(j.Rate*bulkPageTime.Seconds()), 1), MaxListLimit)
@@ -77,7 +77,7 @@ func (b *Bridge) bulkLoop(ctx context.Context, j bulkJob, rev uint64) {
 }
 
 // bulkOne applies the job's action to one task.
-func (b *Bridge) bulkOne(ctx context.Context, j *bulkJob, id string, started int64) {
+func (b *Bridge) bulkOne(ctx context.Context, j *BulkJob, id string, started int64) {
 	var err error
 	if j.Action == "delete" {
 		err = b.bulkDelete(ctx, id, started)
@@ -131,7 +131,7 @@ func (b *Bridge) bulkDelete(ctx context.Context, id string, started int64) error
 
 // saveBulk writes the job's progress by CAS and renews its lease; false if the job is no longer
 // this replica's to run (stopped, or taken over), or ctx ended.
-func (b *Bridge) saveBulk(ctx context.Context, j *bulkJob, rev *uint64) bool {
+func (b *Bridge) saveBulk(ctx context.Context, j *BulkJob, rev *uint64) bool {
 	kv := b.svc.biz.kv
 	now := b.cfg.Now()
 	j.UpdatedAt = apiTime(now.UnixMilli())
@@ -178,7 +178,7 @@ func (b *Bridge) adoptOnce(ctx context.Context) {
 	}
 	for key := range keys.Keys() {
 		e, err := kv.Get(ctx, key)
-		var j bulkJob
+		var j BulkJob
 		if err != nil || json.Unmarshal(e.Value(), &j) != nil || j.State != "running" {
 			continue
 		}

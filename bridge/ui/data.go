@@ -7,76 +7,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/axbridge/axbridge/bridge"
 )
 
-// What the page shows, as the task API answers it (subjects.md).
-
-type stats struct {
-	BizTypes map[string]*bizStats `json:"biz_types"`
-	Total    bizStats             `json:"total"`
-	Replicas int                  `json:"replicas"`
-	At       string               `json:"at"`
-}
-
-type bizStats struct {
-	Waiting int `json:"waiting"`
-	Running int `json:"running"`
-	Dead    int `json:"dead"`
-	Due     struct {
-		Overdue int `json:"overdue"`
-		Minute  int `json:"within_1m"`
-		Hour    int `json:"within_1h"`
-		Later   int `json:"later"`
-	} `json:"due"`
-	OverdueFor string `json:"overdue_for"`
-	Paused     bool   `json:"paused"`
-	Lateness   *struct {
-		P50   string `json:"p50"`
-		P99   string `json:"p99"`
-		Fires int64  `json:"fires"`
-	} `json:"lateness"`
-}
-
-type task struct {
-	ID        string `json:"id"`
-	BizType   string `json:"biz_type"`
-	Status    string `json:"status"`
-	DueAt     string `json:"due_at"`
-	Attempt   int    `json:"attempt"`
-	LastError string `json:"last_error"`
-	Payload   string `json:"payload"`
-	Binary    []byte `json:"payload_base64"`
-	Cut       bool   `json:"payload_truncated"`
-	Series    *struct {
-		Every    string `json:"every"`
-		Cron     string `json:"cron"`
-		TimeZone string `json:"time_zone"`
-		Tick     string `json:"tick"`
-		NextTick string `json:"next_tick"`
-		Run      int    `json:"run"`
-		Overlap  string `json:"overlap"`
-		Misfire  string `json:"misfire"`
-	} `json:"series"`
-}
-
-type page struct {
-	Tasks      []task `json:"tasks"`
-	NextCursor string `json:"next_cursor"`
-	Total      int    `json:"total"`
-}
-
-type replicas struct {
-	Replicas []struct {
-		ID          string `json:"id"`
-		Partitions  []int  `json:"partitions"`
-		Owned       int    `json:"owned"`
-		Loading     []int  `json:"loading"`
-		Housekeeper bool   `json:"housekeeper"`
-		Indexed     int    `json:"indexed"`
-		LeaseLeft   string `json:"lease_left"`
-	} `json:"replicas"`
-	Partitions int `json:"partitions"`
-}
+// What the page shows, as the task API answers it (subjects.md): the bridge's own answer types.
+type (
+	stats    = bridge.Stats
+	bizStats = bridge.BizStats
+	task     = bridge.TaskView
+	page     = bridge.ListPage
+	replicas = bridge.ReplicasPage
+)
 
 // apiError is an error answer of the task API.
 type apiError struct{ code, msg string }

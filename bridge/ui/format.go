@@ -9,8 +9,8 @@ import (
 
 func sortRows(rs []bizRow) { sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name }) }
 
-// ranges writes sorted partitions as 0-4,9,12-13.
-func ranges(ps []int) string {
+// Ranges writes sorted partitions compactly, as 0-4, 9, 12-13: the page's and the CLI's way.
+func Ranges(ps []int) string {
 	var parts []string
 	for i := 0; i < len(ps); {
 		j := i
@@ -18,7 +18,7 @@ func ranges(ps []int) string {
 			j++
 		}
 		if s := strconv.Itoa(ps[i]); j > i {
-			parts = append(parts, s+"–"+strconv.Itoa(ps[j]))
+			parts = append(parts, s+"-"+strconv.Itoa(ps[j]))
 		} else {
 			parts = append(parts, s)
 		}
@@ -29,14 +29,14 @@ func ranges(ps []int) string {
 
 // preview is the start of a task's payload, as text.
 func preview(t task) string {
-	p := t.Payload
-	if len(t.Binary) > 0 {
-		p = "base64:" + base64.StdEncoding.EncodeToString(t.Binary)
+	p := "base64:" + base64.StdEncoding.EncodeToString(t.PayloadBinary)
+	if t.Payload != nil {
+		p = *t.Payload
 	}
 	if r := []rune(p); len(r) > 80 {
 		return string(r[:79]) + "…"
 	}
-	if t.Cut {
+	if t.PayloadCut {
 		return p + "…"
 	}
 	return p

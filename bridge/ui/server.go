@@ -196,7 +196,7 @@ func (s *Server) requeue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) render(w http.ResponseWriter, v *view) {
-	v.RangesOf, v.PreviewOf, v.PartitionN = ranges, preview, v.Replicas.Partitions
+	v.RangesOf, v.PreviewOf, v.PartitionN = Ranges, preview, v.Replicas.Partitions
 	var buf bytes.Buffer
 	if err := s.tmpl.Execute(&buf, v); err != nil {
 		s.cfg.Logger.Warn("status page: render", "err", err)

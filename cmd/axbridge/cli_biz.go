@@ -6,22 +6,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/axbridge/axbridge/bridge"
+	"github.com/axbridge/axbridge/bridge/ui"
 )
 
 func (c *cli) replicas() error {
-	var out struct {
-		Replicas []struct {
-			ID          string `json:"id"`
-			Partitions  []int  `json:"partitions"`
-			Owned       int    `json:"owned"`
-			Loading     []int  `json:"loading"`
-			Housekeeper bool   `json:"housekeeper"`
-			Indexed     int    `json:"indexed"`
-			LeaseLeft   string `json:"lease_left"`
-			Members     int    `json:"members"`
-		} `json:"replicas"`
-		Partitions int `json:"partitions"`
-	}
+	var out bridge.ReplicasPage
 	if err := c.call("task.replicas", nil, &out); err != nil || c.json {
 		return err
 	}
@@ -31,43 +22,15 @@ func (c *cli) replicas() error {
 		if r.Housekeeper {
 			house = "housekeeper"
 		}
-		rows = append(rows, []string{r.ID, fmt.Sprintf("%d/%d", r.Owned, out.Partitions), ranges(r.Partitions), itoa(len(r.Loading)),
+		rows = append(rows, []string{r.ID, fmt.Sprintf("%d/%d", r.Owned, out.Partitions), ui.Ranges(r.Partitions), itoa(len(r.Loading)),
 			itoa(r.Indexed), r.LeaseLeft, itoa(r.Members), house})
 	}
 	c.table([]string{"REPLICA", "OWNED", "PARTITIONS", "LOADING", "INDEXED", "LEASE_LEFT", "SEES", ""}, rows)
 	return nil
 }
 
-// ranges writes sorted partitions as 0-4,9,12-13.
-func ranges(ps []int) string {
-	var parts []string
-	for i := 0; i < len(ps); {
-		j := i
-		for j+1 < len(ps) && ps[j+1] == ps[j]+1 {
-			j++
-		}
-		if s := strconv.Itoa(ps[i]); j > i {
-			parts = append(parts, s+"-"+strconv.Itoa(ps[j]))
-		} else {
-			parts = append(parts, s)
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
-}
-
 // bizOut is a bizType's settings as the API shows them.
-type bizOut struct {
-	BizType     string  `json:"biz_type"`
-	MaxInFlight int     `json:"max_in_flight"`
-	Rate        float64 `json:"rate"`
-	Burst       int     `json:"burst"`
-	Paused      bool    `json:"paused"`
-	Misfire     string  `json:"misfire"`
-	Overlap     string  `json:"overlap"`
-	AlarmP99    string  `json:"alarm_p99"`
-	UpdatedAt   string  `json:"updated_at"`
-}
+type bizOut = bridge.BizSettings
 
 func (c *cli) printBiz(bs []bizOut) {
 	var rows [][]string

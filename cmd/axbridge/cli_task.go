@@ -1,12 +1,16 @@
 package main
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/user"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/axbridge/axbridge/bridge"
 )
 
 // cliOpts are the flags of the CLI's commands (each takes those that concern it).
@@ -60,28 +64,11 @@ func (c *cli) taskOp(op string) func([]string) error {
 	}
 }
 
-// taskOut is a task as the API shows it, the fields the CLI prints.
-type taskOut struct {
-	ID         string `json:"id"`
-	BizType    string `json:"biz_type"`
-	Status     string `json:"status"`
-	DueAt      string `json:"due_at"`
-	Attempt    int    `json:"attempt"`
-	MaxRetry   int    `json:"max_retry"`
-	LastError  string `json:"last_error"`
-	Owner      string `json:"owner"`
-	UpdatedAt  string `json:"updated_at"`
-	Payload    string `json:"payload"`
-	PayloadB64 string `json:"payload_base64"`
-	Cut        bool   `json:"payload_truncated"`
-	Series     *struct {
-		Every string `json:"every"`
-		Cron  string `json:"cron"`
-	} `json:"series"`
-}
+// taskOut is a task as the API shows it.
+type taskOut = bridge.TaskView
 
 func (c *cli) printTask(t taskOut) {
-	rows := [][]string{{"id", t.ID}, {"biz_type", t.BizType}, {"status", t.Status}, {"due_at", t.DueAt},
+	rows := [][]string{{"id", t.ID}, {"biz_type", t.BizType}, {"status", string(t.Status)}, {"due_at", t.DueAt},
 		{"attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxRetry+1)}, {"updated_at", t.UpdatedAt}}
 	if t.Owner != "" {
 		rows = append(rows, []string{"owner", t.Owner})
@@ -90,19 +77,19 @@ func (c *cli) printTask(t taskOut) {
 		rows = append(rows, []string{"last_error", t.LastError})
 	}
 	if t.Series != nil {
-		rows = append(rows, []string{"series", t.Series.Every + t.Series.Cron})
+		rows = append(rows, []string{"series", t.Series.Every + t.Series.Cron, "next tick " + t.Series.NextTick})
 	}
 	rows = append(rows, []string{"payload", preview(t)})
 	c.table([]string{"FIELD", "VALUE"}, rows)
 }
 
 func preview(t taskOut) string {
-	p := t.Payload
-	if t.PayloadB64 != "" {
-		p = "base64:" + t.PayloadB64
+	p := "base64:" + base64.StdEncoding.EncodeToString(t.PayloadBinary)
+	if t.Payload != nil {
+		p = *t.Payload
 	}
-	if len(p) > 60 {
-		return p[:57] + "..."
+	if r := []rune(p); len(r) > 60 {
+		return string(r[:57]) + "..."
 	}
 	return p
 }
@@ -137,11 +124,7 @@ func (o *cliOpts) filter() map[string]any {
 	return f
 }
 
-type listOut struct {
-	Tasks      []taskOut `json:"tasks"`
-	NextCursor string    `json:"next_cursor"`
-	Total      int       `json:"total"`
-}
+type listOut = bridge.ListPage
 
 func (c *cli) list(args []string) error {
 	if len(args) != 0 {
@@ -160,7 +143,7 @@ func (c *cli) list(args []string) error {
 			return err
 		}
 		for _, t := range p.Tasks {
-			rows = append(rows, []string{t.ID, t.BizType, t.Status, t.DueAt, strconv.Itoa(t.Attempt), preview(t)})
+			rows = append(rows, []string{t.ID, t.BizType, string(t.Status), t.DueAt, strconv.Itoa(t.Attempt), preview(t)})
 		}
 		if cursor = p.NextCursor; cursor == "" || !c.o.all {
 			if !c.json {
@@ -174,27 +157,10 @@ func (c *cli) list(args []string) error {
 	}
 }
 
-type statsOut struct {
-	BizTypes map[string]statsRow `json:"biz_types"`
-	Total    statsRow            `json:"total"`
-	Replicas int                 `json:"replicas"`
-}
-
-type statsRow struct {
-	Waiting, Running, Dead int
-	Due                    struct {
-		Overdue int `json:"overdue"`
-		Minute  int `json:"within_1m"`
-		Hour    int `json:"within_1h"`
-		Later   int `json:"later"`
-	} `json:"due"`
-	OverdueFor string `json:"overdue_for"`
-	Paused     bool   `json:"paused"`
-	Lateness   *struct {
-		P50, P99 string
-		Fires    int64
-	} `json:"lateness"`
-}
+type (
+	statsOut = bridge.Stats
+	statsRow = bridge.BizStats
+)
 
 func (c *cli) stats(args []string) error {
 	if len(args) != 0 {
@@ -213,7 +179,7 @@ func (c *cli) stats(args []string) error {
 	for _, n := range append(names, "(all)") {
 		s, ok := st.BizTypes[n]
 		if !ok {
-			s = st.Total
+			s = &st.Total
 		}
 		p50, p99, fires := "-", "-", "-"
 		if l := s.Lateness; l != nil {
@@ -251,24 +217,27 @@ func (c *cli) bulk(action string) func([]string) error {
 		if c.o.rate != 0 {
 			q["rate"] = c.o.rate
 		}
-		var out struct {
-			Count   int       `json:"count"`
-			Sample  []taskOut `json:"sample"`
-			Job     string    `json:"job"`
-			Matched int       `json:"matched"`
-		}
-		if err := c.call("task.bulk", q, &out); err != nil || c.json {
+		var raw json.RawMessage
+		if err := c.call("task.bulk", q, &raw); err != nil || c.json {
 			return err
 		}
 		if !c.o.run {
+			var out bridge.BulkDryRun
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return err
+			}
 			fmt.Fprintf(c.stdout, "dry run: %s would take %d tasks; these first:\n", action, out.Count)
 			var rows [][]string
 			for _, t := range out.Sample {
-				rows = append(rows, []string{t.ID, t.BizType, t.Status, t.DueAt})
+				rows = append(rows, []string{t.ID, t.BizType, string(t.Status), t.DueAt})
 			}
 			c.table([]string{"ID", "BIZ_TYPE", "STATUS", "DUE_AT"}, rows)
 			fmt.Fprintln(c.stdout, "run it with --run")
 			return nil
+		}
+		var out bridge.BulkJob
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return err
 		}
 		fmt.Fprintf(c.stdout, "job %s started: %s of %d tasks; progress: axbridge bulk status %s\n", out.Job, action, out.Matched, out.Job)
 		return nil
