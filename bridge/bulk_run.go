@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -59,25 +60,72 @@ func (b *Bridge) bulkLoop(ctx context.Context, j BulkJob, rev uint64) {
 			}
 			return
 		}
-		for _, t := range ts[:min(len(ts), per)] {
-			if lim.Wait(ctx) != nil {
-				// Stopping: the progress so far is written, with a lease that has ended, so
-				// that the housekeeper resumes the job at once.
-				j.LeaseUntil = apiTime(b.cfg.Now().UnixMilli())
-				b.saveBulk(ctx, &j, &rev)
-				return
-			}
-			b.bulkOne(ctx, &j, t.ID, started.UnixMilli())
-			j.CursorDue, j.CursorID = t.Due, t.ID
+		ts = ts[:min(len(ts), per)]
+		if !b.bulkPage(ctx, &j, ts, lim, started.UnixMilli()) {
+			// Stopping: the progress so far is written, with the page's start as the cursor and
+			// a lease that has ended, so that the housekeeper resumes the job at once (what this
+			// page changed counts as skipped then).
+			j.LeaseUntil = apiTime(b.cfg.Now().UnixMilli())
+			b.saveBulk(ctx, &j, &rev)
+			return
 		}
+		last := ts[len(ts)-1]
+		j.CursorDue, j.CursorID = last.Due, last.ID
 		if !b.saveBulk(ctx, &j, &rev) {
 			return
 		}
 	}
 }
 
-// bulkOne applies the job's action to one task.
-func (b *Bridge) bulkOne(ctx context.Context, j *BulkJob, id string, started int64) {
+// bulkParallel bounds a job's writes in flight: one at a time, a job on a replicated bucket
+// would take a write's round trip per task, far below its rate.
+const bulkParallel = 32
+
+// bulkPage applies the job's action to the tasks of one page, at the job's pace, up to
+// bulkParallel at once; false if ctx ended first (the writes in flight are seen through).
+func (b *Bridge) bulkPage(ctx context.Context, j *BulkJob, ts []censusTask, lim *rate.Limiter, started int64) bool {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, bulkParallel)
+	wctx := context.WithoutCancel(ctx)
+	ok := true
+	for _, t := range ts {
+		if lim.Wait(ctx) != nil {
+			ok = false
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := b.bulkOne(wctx, j, id, started)
+			mu.Lock()
+			defer mu.Unlock()
+			j.count(id, err)
+		}(t.ID)
+	}
+	wg.Wait()
+	return ok
+}
+
+// count adds one task's outcome to the job's counts.
+func (j *BulkJob) count(id string, err error) {
+	switch {
+	case err == nil:
+		j.Done++
+	case errors.Is(err, errSkip), errors.Is(err, kvstore.ErrTransition), errors.Is(err, kvstore.ErrNotFound):
+		j.Skipped++
+	default:
+		j.Failed++
+		j.LastError = id + ": " + err.Error()
+	}
+}
+
+// bulkOne applies the job's action to one task. It only reads j.
+func (b *Bridge) bulkOne(ctx context.Context, j *BulkJob, id string, started int64) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
 	var err error
 	if j.Action == "delete" {
 		err = b.bulkDelete(ctx, id, started)
@@ -99,15 +147,7 @@ func (b *Bridge) bulkOne(ctx context.Context, j *BulkJob, id string, started int
 			return kvstore.Reschedule(t, now, due)
 		})
 	}
-	switch {
-	case err == nil:
-		j.Done++
-	case errors.Is(err, errSkip), errors.Is(err, kvstore.ErrTransition), errors.Is(err, kvstore.ErrNotFound):
-		j.Skipped++
-	default:
-		j.Failed++
-		j.LastError = id + ": " + err.Error()
-	}
+	return err
 }
 
 // bulkDelete deletes task id unless it is RUNNING (an attempt is out) or changed after started.
