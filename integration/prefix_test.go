@@ -125,7 +125,7 @@ func TestTwoPrefixesShareAnAccount(t *testing.T) {
 				Subject string `json:"subject"`
 			} `json:"endpoints"`
 		}
-		if err := json.Unmarshal(m.Data, &info); err != nil || len(info.Endpoints) != 10 { // task get, cancel, requeue, reschedule, list, stats, replicas; biz set, get, list
+		if err := json.Unmarshal(m.Data, &info); err != nil || len(info.Endpoints) != 11 { // task get, cancel, requeue, reschedule, list, stats, replicas, bulk; biz set, get, list
 			t.Fatalf("service %s info %s (err %v)", svc, m.Data, err)
 		}
 		for _, ep := range info.Endpoints {

@@ -118,7 +118,7 @@ func TestBinaryPrefix(t *testing.T) {
 			QueueGroup string `json:"queue_group"`
 		}
 	}
-	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != "b2bridge" || len(svc.Endpoints) != 10 {
+	if err := json.Unmarshal(info.Data, &svc); err != nil || svc.Name != "b2bridge" || len(svc.Endpoints) != 11 {
 		t.Fatalf("service info %s (err %v)", info.Data, err)
 	}
 	for _, ep := range svc.Endpoints {
