@@ -435,6 +435,6 @@ func (r *runner) bridgeBurst(ctx context.Context, srv *serverSet, x *result) err
 // writeStatsNote says how the bridge's store sent its writes between two readings.
 func writeStatsNote(a, b kvstore.WriteStats) string {
 	batched, singles := b.BatchedWrites-a.BatchedWrites, b.Singles-a.Singles
-	return fmt.Sprintf("the bridge's store sent %d writes: %d in %d atomic batches, %d on their own (automatic grouping: %d probes, %d switches)",
-		batched+singles, batched, b.Batches-a.Batches, singles, b.Probes-a.Probes, b.Switches-a.Switches)
+	return fmt.Sprintf("the bridge's store sent %d writes: %d in %d atomic batches, %d on their own",
+		batched+singles, batched, b.Batches-a.Batches, singles)
 }

@@ -60,7 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cluster, "cluster", false, "a 3-node loopback cluster with R3 streams and bucket instead of one node")
 	fs.IntVar(&o.bridges, "bridges", 1, "bridge replicas on the bridge side, each on its own connection (claim conflicts are counted)")
 	o.writeBatch = kvstore.DefaultBatchMax
-	fs.Var((*kvstore.BatchMaxFlag)(&o.writeBatch), "write-batch", "the bridge's store writes grouped into one atomic batch: auto, or 1-1000 (as axbridge --write-batch); 1 sends each on its own")
+	fs.Var((*kvstore.BatchMaxFlag)(&o.writeBatch), "write-batch", "the most bridge store writes in one atomic batch, 1-1000 (as axbridge --write-batch; default 1000); 1 sends each on its own")
 	ackLog := fs.Bool("ack-log", true, "the bridge keeps consumer replies in its ack log (as axbridge --ack-log; false is --ack-log off)")
 	fs.IntVar(&o.maxClaims, "max-claims", 0, "the bridge's claim budget (as axbridge --max-claims; 0 is its default)")
 	fs.IntVar(&o.intake, "intake", 0, "schedules published in the intake row (default: --burst)")

@@ -79,27 +79,6 @@ func TestJetStoreSingleWrites(t *testing.T) {
 	})
 }
 
-// TestJetStoreAuto runs the suite with automatic grouping (BatchMax BatchAuto, the default), as
-// it decides, and with its mode pinned to batches.
-func TestJetStoreAuto(t *testing.T) {
-	t.Parallel()
-	srv := natstest.RunServer(t)
-	for _, batches := range []bool{false, true} {
-		t.Run(map[bool]string{false: "AsItDecides", true: "PinnedBatches"}[batches], func(t *testing.T) {
-			t.Parallel()
-			testStore(t, func(t *testing.T, opts ...harnessOpt) harness {
-				cfg := newHarnessConfig(opts)
-				cfg.autoBatch = true
-				h := jetHarness(t, srv.ClientURL(), 1, cfg)
-				if batches {
-					kvstore.PinSendModeForTest(h.store.(*kvstore.JetStore), true)
-				}
-				return h
-			})
-		})
-	}
-}
-
 // TestJetStoreR3 runs the suite on a replicated bucket of a 3-node cluster, where the server
 // reports CAS conflicts with code 10164 instead of 10071.
 func TestJetStoreR3(t *testing.T) {
@@ -126,9 +105,6 @@ func jetHarness(t *testing.T, url string, replicas int, cfg harnessConfig) harne
 	t.Helper()
 	js := newJS(t, url)
 	batchMax := cmp.Or(cfg.batchMax, 1000)
-	if cfg.autoBatch {
-		batchMax = kvstore.BatchAuto
-	}
 	s := openJetStore(t, js, kvstore.Config{Bucket: newBucketName(), Replicas: replicas,
 		Retention: cfg.retention, MarkerTTL: cfg.markerTTL, BatchMax: batchMax})
 	if s.Grouping() != (cfg.batchMax != 1) {

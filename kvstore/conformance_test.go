@@ -33,7 +33,6 @@ type harnessConfig struct {
 	retention time.Duration // of final records; kvstore.DefaultRetention if 0
 	markerTTL time.Duration // of delete markers; kvstore.DefaultMarkerTTL if 0
 	batchMax  int           // JetStore.Config.BatchMax; 1000 (grouped) if 0
-	autoBatch bool          // JetStore.Config.BatchMax kvstore.BatchAuto instead
 }
 
 type harnessOpt func(*harnessConfig)

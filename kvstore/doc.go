@@ -47,17 +47,13 @@
 // a single-replica stream, 10164 on a replicated one; nats.go surfaces these as ErrKeyExists,
 // ErrKeyRevisionMismatch or a bare API error, and one function (mapError) translates them all.
 // The Async variants pipeline the same writes (published at once, completed in order by a few
-// goroutines) and report the same outcomes. They may be grouped: up to Config.BatchMax writes,
-// collected for at most Config.BatchDelay, go out as one atomic batch publish (one fsync under
-// sync_interval: always, one raft proposal on a replicated bucket), each with its own expected
-// revision and TTL, at most one write per key in a batch. BatchMax above 1 groups always, 1
-// never; the default, BatchAuto, lets the store decide as it goes: single writes while they keep
-// up, and batches of up to 1000 while writes queue behind single writes and a measurement window
-// of batches completes at least twice the writes per second of singles, or keeps up at no lower
-// rate than theirs (so on one node
-// with sync_interval: always, where every single write is an fsync, and not where the server's
-// staging of each batch costs more than it saves). It tries the other way now and then, less
-// often each time it stays (jetstore_group_auto.go), and WriteStats says what it decided. A batch the server
+// goroutines) and report the same outcomes. They are grouped by group commit unless
+// Config.BatchMax is 1: a write goes out at once on its own while the store has room in flight
+// (commitInFlight unanswered sends), and the writes that queue behind the sends in flight go out
+// together, up to BatchMax, as one atomic batch publish (one fsync under sync_interval: always,
+// one raft proposal on a replicated bucket) as soon as an answer frees the room; each keeps its
+// own expected revision and TTL, at most one write per key in a batch. Nothing is measured or
+// timed: an idle store sends singles, a busy one batches. A batch the server
 // refuses (one stale revision, a busy key, a create over a marker) stored nothing, and its writes
 // go out again one by one, so each reports what it would have alone; a batch without an answer
 // reports "outcome unknown" for each of its writes (jetstore_group.go). A write that no server takes (a replicated bucket

@@ -27,14 +27,10 @@ const (
 	DefaultRetention   = 24 * time.Hour
 	DefaultMarkerTTL   = 15 * time.Minute
 	DefaultWatchBuffer = 4096
-	DefaultBatchMax    = BatchAuto
-	DefaultBatchDelay  = time.Millisecond
+	DefaultBatchMax    = maxBatchSize
 	// DefaultAnswerTimeout is six times the bridge's deadline of a store call.
 	DefaultAnswerTimeout = 30 * time.Second
 )
-
-// BatchAuto as Config.BatchMax lets the store pick single writes or atomic batches by itself.
-const BatchAuto = 0
 
 // MetaPartitions is the bucket metadata key that records the partition count.
 const MetaPartitions = "ax.partitions"
@@ -75,22 +71,15 @@ type Config struct {
 	// sending (the ordered consumer's flow control) until the reader catches up.
 	WatchBuffer int
 	// BatchMax is the most async writes (CreateAsync, UpdateAsync, DeleteAsync) grouped into one
-	// atomic batch publish, at most 1000 (the server's default limit); 1 sends each write on its
-	// own, pipelined. The default, BatchAuto (0), lets the store choose as it goes: single writes
-	// while they keep up, batches of up to 1000 while writes queue behind single writes that
-	// batches beat twice over (or match while keeping up), measured online
-	// (jetstore_group_auto.go). Grouping pays on a
-	// single node with sync_interval: always, where every single write is an fsync (a 20k burst
-	// drained about 6x faster than native schedules with 1000, in about their time with 1);
-	// without it, or on a replicated bucket, it costs more than it saves (the server stages and
-	// fsyncs each batch on its own), and the store cannot read the server's sync setting. Grouping
-	// needs a server that allows atomic publish (2.12+): unless BatchMax is 1, OpenJetStore turns
-	// AllowAtomicPublish on for the bucket's stream, and if the server refuses, logs it once and
-	// sends each write on its own. See jetstore_group.go and bench/README.md.
+	// atomic batch publish (default and most 1000, the server's limit); 1 sends each write on its
+	// own, pipelined. Grouping is group commit (jetstore_group.go): a write goes out at once on
+	// its own while the store has room in flight, and the writes that queue behind the sends in
+	// flight go out together when one is answered, so an idle store writes singles and a busy one
+	// batches, whatever the server's sync setting or replication. It needs a server that allows
+	// atomic publish (2.12+): unless BatchMax is 1, OpenJetStore turns AllowAtomicPublish on for
+	// the bucket's stream, and if the server refuses, logs it once and sends each write on its
+	// own. See bench/README.md.
 	BatchMax int
-	// BatchDelay is how long a batch that is not full waits for more writes after its first
-	// (default 1ms, at most 100ms).
-	BatchDelay time.Duration
 	// AnswerTimeout is the longest an async write's answer is awaited (default 30s, at least the
 	// deadlines callers give): nats.go then forgets the write. An answer the server never sends (a
 	// stream leader that stepped down drops what it had queued) would otherwise hold one of
@@ -110,7 +99,6 @@ func (c Config) withDefaults() Config {
 	c.MarkerTTL = cmp.Or(c.MarkerTTL, DefaultMarkerTTL)
 	c.WatchBuffer = cmp.Or(c.WatchBuffer, DefaultWatchBuffer)
 	c.BatchMax = cmp.Or(c.BatchMax, DefaultBatchMax)
-	c.BatchDelay = cmp.Or(c.BatchDelay, DefaultBatchDelay)
 	c.AnswerTimeout = cmp.Or(c.AnswerTimeout, DefaultAnswerTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -135,9 +123,7 @@ func (c Config) validate() error {
 	case c.WatchBuffer < 1:
 		return fmt.Errorf("kvstore: watch buffer %d: want at least 1", c.WatchBuffer)
 	case c.BatchMax < 0 || c.BatchMax > maxBatchSize:
-		return fmt.Errorf("kvstore: batch max %d out of range 0 (auto)..%d", c.BatchMax, maxBatchSize)
-	case c.BatchDelay < 0 || c.BatchDelay > 100*time.Millisecond:
-		return fmt.Errorf("kvstore: batch delay %v out of range 0..100ms", c.BatchDelay)
+		return fmt.Errorf("kvstore: batch max %d out of range 1..%d", c.BatchMax, maxBatchSize)
 	}
 	return nil
 }
@@ -225,7 +211,7 @@ func OpenJetStore(ctx context.Context, js jetstream.JetStream, cfg Config) (*Jet
 		msgGet:       apiPrefix(js.Options()) + "STREAM.MSG.GET.KV_" + cfg.Bucket,
 		retentionTTL: cfg.Retention.String(), markerTTL: cfg.MarkerTTL.String()}
 	if cfg.BatchMax != 1 && allowAtomic(ctx, js, sc, cfg) {
-		s.group = newGrouper(s, cfg.BatchMax, cfg.BatchDelay)
+		s.group = newGrouper(s, cfg.BatchMax)
 	}
 	return s, nil
 }

@@ -15,18 +15,24 @@ import (
 )
 
 // BenchmarkJetStoreGroupedUpdate: rounds of benchKeys pipelined CAS updates (UpdateAsync, as the
-// bridge claims a burst), with writes grouped into batches of at most BatchMax (1: each write on
-// its own), on one server or an R3 bucket on 3, with the default sync interval and with
-// sync_interval: always.
+// bridge claims a burst), with writes grouped by group commit into batches of at most BatchMax
+// (1: each write on its own) with up to inflight sends unanswered, on one server or an R3 bucket
+// on 3, with the default sync interval and with sync_interval: always.
 //
 //	go test -run '^$' -bench JetStoreGroupedUpdate -benchtime 3000x ./kvstore/
 func BenchmarkJetStoreGroupedUpdate(b *testing.B) {
 	for _, nodes := range []int{1, 3} {
 		for _, sync := range []string{"default", "always"} {
-			for _, batchMax := range []int{1, 64, 256, 1000} {
-				b.Run(fmt.Sprintf("nodes=%d/sync=%s/batch=%d", nodes, sync, batchMax), func(b *testing.B) {
-					benchGroupedUpdate(b, nodes, sync == "always", batchMax)
-				})
+			for _, batchMax := range []int{1, 1000} {
+				for _, inflight := range []int64{1, 4, 16} {
+					if batchMax == 1 && inflight > 1 {
+						continue // no grouper
+					}
+					b.Run(fmt.Sprintf("nodes=%d/sync=%s/batch=%d/inflight=%d", nodes, sync, batchMax, inflight), func(b *testing.B) {
+						defer kvstore.SetCommitInFlightForTest(inflight)()
+						benchGroupedUpdate(b, nodes, sync == "always", batchMax)
+					})
+				}
 			}
 		}
 	}

@@ -1,7 +1,5 @@
 package kvstore
 
-import "time"
-
 // fairQueue holds the grouper's writes not yet sent, one FIFO per class (a record's bizType),
 // and hands them out round-robin across the classes that have writes waiting: one bizType's
 // burst of claims and acks does not queue another bizType's writes behind all of it (issue 25,
@@ -53,17 +51,6 @@ func (q *fairQueue) pop() groupOp {
 		q.next++
 	}
 	return o
-}
-
-// oldest is when the grouper took the earliest write waiting (the open batch's start).
-func (q *fairQueue) oldest() time.Time {
-	var at time.Time
-	for _, c := range q.ring {
-		if t := c.ops[0].at; at.IsZero() || t.Before(at) {
-			at = t
-		}
-	}
-	return at
 }
 
 // cut takes the next batch: up to max writes to distinct keys, round-robin across the classes.

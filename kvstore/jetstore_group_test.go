@@ -15,10 +15,11 @@ import (
 	"github.com/axbridge/axbridge/kvstore"
 )
 
-// groupedConfig holds a batch open long enough (100ms) for every write a test starts in a loop to
-// join it, so what goes into one batch does not depend on the machine's speed.
+// groupedConfig groups up to 1000 writes; the tests hold the grouper's sends
+// (kvstore.HoldSendsForTest) while they start the writes that should go out together, so what
+// goes into one batch does not depend on the machine's speed.
 func groupedConfig() kvstore.Config {
-	return kvstore.Config{Bucket: newBucketName(), BatchMax: 1000, BatchDelay: 100 * time.Millisecond}
+	return kvstore.Config{Bucket: newBucketName(), BatchMax: 1000}
 }
 
 // streamState is the bucket stream's message count and last sequence, from its leader.
@@ -112,7 +113,7 @@ func TestJetStoreGroupingConfig(t *testing.T) {
 		}
 	})
 	t.Run("Invalid", func(t *testing.T) {
-		for _, cfg := range []kvstore.Config{{BatchMax: 1001}, {BatchMax: -1}, {BatchDelay: -time.Millisecond}, {BatchDelay: time.Second}} {
+		for _, cfg := range []kvstore.Config{{BatchMax: 1001}, {BatchMax: -1}} {
 			if _, err := kvstore.OpenJetStore(testContext(t), js, cfg); err == nil {
 				t.Errorf("OpenJetStore(%+v) accepted", cfg)
 			}
@@ -140,7 +141,9 @@ func TestJetStoreGroupedWrites(t *testing.T) {
 	}
 	_, lastBefore := streamState(t, js, s)
 	before := s.WriteStats()
+	release := kvstore.HoldSendsForTest(s)
 	chs := startUpdates(ctx, s, tasks, revs)
+	release()
 	for i, ch := range chs {
 		o := await(t, ch)
 		if o.err != nil {
@@ -156,8 +159,8 @@ func TestJetStoreGroupedWrites(t *testing.T) {
 	}
 	st := s.WriteStats()
 	batches, batched, singles := st.Batches-before.Batches, st.BatchedWrites-before.BatchedWrites, st.Singles-before.Singles
-	if batched+singles != n || batches+singles >= n/2 {
-		t.Fatalf("%d writes went out as %d batches of %d writes in all and %d single writes; want far fewer publishes than writes",
+	if batched+singles != n || batches != 3 || singles != 0 {
+		t.Fatalf("%d writes went out as %d batches of %d writes in all and %d single writes; want 3 batches (128, 128, 44) and no single write",
 			n, batches, batched, singles)
 	}
 	t.Logf("%d writes: %d batches, %d single writes", n, batches, singles)
@@ -190,12 +193,14 @@ func TestJetStoreGroupedStaleRevision(t *testing.T) {
 	_, lastBefore := streamState(t, js, s)
 	before := s.WriteStats()
 
+	release := kvstore.HoldSendsForTest(s) // all of them in one batch
 	chs := startUpdates(ctx, s, tasks, revs)
 	created, recreated := make(chan outcome, 2), make(chan outcome, 2)
 	s.CreateAsync(ctx, newTask("fresh"), func(e kvstore.Entry, err error) { created <- outcome{e.Revision, err} })
 	s.CreateAsync(ctx, newTask("deleted"), func(e kvstore.Entry, err error) { recreated <- outcome{e.Revision, err} })
 	deleted := make(chan outcome, 2)
 	s.DeleteAsync(ctx, "doomed", doomed.Revision, func(err error) { deleted <- outcome{0, err} })
+	release()
 
 	for i, ch := range chs {
 		o := await(t, ch)
@@ -262,7 +267,9 @@ func TestJetStoreGroupedSameKey(t *testing.T) {
 		tasks = append(tasks, running(tasks[0].ID, "r2"))
 		revs = append(revs, revs[0])
 		_, lastBefore := streamState(t, js, s)
+		release := kvstore.HoldSendsForTest(s) // one batch, and the second write to the key after it
 		chs := startUpdates(ctx, s, tasks, revs)
+		release()
 		var won []int
 		for i, ch := range chs {
 			o := await(t, ch)
@@ -316,7 +323,9 @@ func TestJetStoreGroupedUnknownOutcome(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	release := kvstore.HoldSendsForTest(s)
 	chs := startUpdates(ctx, s, tasks, revs)
+	release()
 	got := make([]outcome, n)
 	var failed int
 	for i, ch := range chs {
@@ -364,13 +373,15 @@ func TestJetStoreR3GroupedBusyKeys(t *testing.T) {
 	c := natstest.RunCluster(t, 3)
 	js := newJS(t, c.ClientURLs())
 	const n = 20
-	// A batch flushes as soon as it is full: the updates go out right behind the creates.
+	// The writes are held, then flushed at once (a barrier sends whatever waits, room in flight or
+	// not): the batch of updates goes out right behind the batch of creates.
 	cfg := groupedConfig()
 	cfg.Replicas, cfg.BatchMax = 3, n
 	s := openJetStore(t, js, cfg)
 	ctx := testContext(t)
 	for round := range 3 {
 		_, last := streamState(t, js, s)
+		release := kvstore.HoldSendsForTest(s)
 		tasks := make([]*kvstore.Task, n)
 		revs := make([]uint64, n)
 		created := make([]chan outcome, n)
@@ -381,6 +392,10 @@ func TestJetStoreR3GroupedBusyKeys(t *testing.T) {
 			s.CreateAsync(ctx, newTask(id), func(e kvstore.Entry, err error) { created[i] <- outcome{e.Revision, err} })
 		}
 		updated := startUpdates(ctx, s, tasks, revs) // the next batch: every key is in the first
+		if err := kvstore.WaitSentForTest(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		release()
 		for i := range n {
 			if o := await(t, created[i]); o.err != nil || o.rev != revs[i] {
 				t.Fatalf("create %s: revision %d, %v; want revision %d", tasks[i].ID, o.rev, o.err, revs[i])
@@ -396,4 +411,49 @@ func TestJetStoreR3GroupedBusyKeys(t *testing.T) {
 		}
 	}
 	t.Logf("%+v", s.WriteStats())
+}
+
+// Group commit: a write that finds nothing in flight goes out at once on its own, however large
+// BatchMax, and writes that wait behind a send in flight go out together.
+func TestJetStoreGroupCommit(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	js := newJS(t, srv.ClientURL())
+	s := openJetStore(t, js, groupedConfig())
+	ctx := testContext(t)
+	const n = 10
+	revs := make([]uint64, n)
+	for i := range n {
+		revs[i] = mustCreate(t, s, newTask(fmt.Sprintf("gc-%d", i))).Revision
+	}
+	before := s.WriteStats()
+	for i := range n { // one at a time: each finds the room empty
+		rev, err := updateAsync(ctx, s, running(fmt.Sprintf("gc-%d", i), "r1"), revs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[i] = rev
+	}
+	st := s.WriteStats()
+	if st.Singles-before.Singles != n || st.Batches != before.Batches {
+		t.Fatalf("%d writes one after another: %+v (before %+v); want %d single writes and no batch", n, st, before, n)
+	}
+	release := kvstore.HoldSendsForTest(s) // as if a send were in flight
+	tasks := make([]*kvstore.Task, n)
+	for i := range tasks {
+		tasks[i] = running(fmt.Sprintf("gc-%d", i), "r2")
+	}
+	chs := startUpdates(ctx, s, tasks, revs)
+	if got := s.WriteStats(); got.Singles != st.Singles || got.Batches != st.Batches {
+		t.Fatalf("writes went out while the room in flight was full: %+v", got)
+	}
+	release()
+	for i, ch := range chs {
+		if o := await(t, ch); o.err != nil {
+			t.Fatalf("update %s: %v", tasks[i].ID, o.err)
+		}
+	}
+	if got := s.WriteStats(); got.Batches-st.Batches != 1 || got.BatchedWrites-st.BatchedWrites != n || got.Singles != st.Singles {
+		t.Fatalf("%d writes that waited behind a send: %+v (before %+v); want them in one batch", n, got, st)
+	}
 }
