@@ -50,6 +50,7 @@ func (r *runner) profileFrom(ctx context.Context, srv *serverSet, at time.Time, 
 	if err != nil {
 		return nil, err
 	}
+	r.profileServers(ctx, srv, file)
 	cpu0, _ := procs.CPU(os.Getpid())
 	wall0 := time.Now()
 	srv0, _ := srv.CPU()
@@ -60,6 +61,26 @@ func (r *runner) profileFrom(ctx context.Context, srv *serverSet, at time.Time, 
 		r.p.say("profile %s: %v of CPU in %v; the nats-servers took %v", file, cpu1-cpu0,
 			time.Since(wall0).Truncate(time.Millisecond), srv1-srv0)
 	}, nil
+}
+
+// serverProfileSpan is how long each nats-server is profiled from the burst's due instant: a
+// server's profile runs for whole seconds given when it starts, and this covers the bridge's
+// 50k burst on this machine (1.5–5 s) with room.
+const serverProfileSpan = 8 * time.Second
+
+// profileServers starts a CPU profile of every node of srv for serverProfileSpan, each into
+// file.<node> (file.n0, …), and says where each went or why it failed.
+func (r *runner) profileServers(ctx context.Context, srv *serverSet, file string) {
+	for _, nd := range srv.Nodes() {
+		go func() {
+			out := file + "." + nd.Name
+			if err := nd.CPUProfile(ctx, serverProfileSpan, out); err != nil {
+				r.p.say("profile of nats-server %s: %v", nd.Name, err)
+				return
+			}
+			r.p.say("profile %s: nats-server %s, %v from the due instant", out, nd.Name, serverProfileSpan)
+		}()
+	}
 }
 
 // heapAlloc is the heap in use after two collections.

@@ -25,7 +25,7 @@ type runner struct {
 
 func (r *runner) scenario(ctx context.Context, sc, side string) *result {
 	x := &result{vals: map[string]float64{}}
-	srv, err := startServers(ctx, r.bin, r.tmp, r.o.sync, r.nodes)
+	srv, err := startServers(ctx, r.bin, r.tmp, r.o.sync, r.nodes, r.o.burstProf != "")
 	if err != nil {
 		x.err = err
 		return x
@@ -63,6 +63,9 @@ func (r *runner) scenario(ctx context.Context, sc, side string) *result {
 		x.err = r.nativePending(ctx, srv, x)
 	case "bridge/pending":
 		x.err = r.bridgePending(ctx, srv, x)
+	case "native/binary": // native schedules have no process of their own: no figure
+	case "bridge/binary":
+		x.err = r.bridgeBinary(ctx, srv, x)
 	default:
 		x.err = fmt.Errorf("unknown scenario %s", sc)
 	}

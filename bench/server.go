@@ -15,9 +15,10 @@ type serverSet struct {
 }
 
 // startServers starts n nodes (1: single server; 3: a cluster with routes on 127.0.0.1) in a new
-// directory under parent and waits until every one reports JetStream healthy.
-func startServers(ctx context.Context, bin, parent, syncMode string, n int) (*serverSet, error) {
-	c, err := procs.Start(ctx, bin, parent, procs.Options{Sync: syncMode, Nodes: n})
+// directory under parent and waits until every one reports JetStream healthy; with profile, each
+// has a profiling port (procs.Options.Profile).
+func startServers(ctx context.Context, bin, parent, syncMode string, n int, profile bool) (*serverSet, error) {
+	c, err := procs.Start(ctx, bin, parent, procs.Options{Sync: syncMode, Nodes: n, Profile: profile})
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,9 @@
 //   - sync_interval: always (one node): every stored message is an fsync before its ack, and
 //     single writes go one disk sync at a time (about 460 a second on this machine's disk). An
 //     atomic batch of up to 1000 writes costs two syncs (its staging store and the stream), so
-//     batches of 64 to 1000 were 6 to 24 times faster (JetStoreGroupedUpdate); Config.BatchMax and BatchAuto decide (kvstore/doc.go).
+//     batches of 64 to 1000 were 6 to 24 times faster (JetStoreGroupedUpdate). The store's group
+//     commit (kvstore/doc.go) sends a write alone while none is unanswered and the writes queued
+//     behind it as one batch, so a burst goes out in batches on every setting.
 //   - Three nodes, R3: every stored message is a raft proposal: the leader appends it, followers
 //     append it, it commits on a quorum of two and is applied on each. Proposals queued together
 //     travel in one append entry, so pipelined writes already share round trips; an atomic batch
@@ -97,7 +99,7 @@
 //     Ax-Attempt (never a silent repeat), and an ack names the claim it answers (fenced acks).
 //   - The settle (4) makes the outcome durable: without it a restart would fire the task again.
 //
-// Options weighed to take a write out (none is built yet; issue 27 items 2 and 3):
+// Options weighed to take a write out (none is built yet; issue 27 item 2):
 //
 //   - Fire without the claim write, recording the attempt with its outcome. The partition lease
 //     already fences other replicas, so the CAS race is not what the claim buys; what it buys is

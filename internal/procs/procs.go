@@ -6,6 +6,7 @@ package procs
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -27,6 +28,9 @@ type Options struct {
 	// NoAdvertise keeps the nodes from telling clients about the other nodes' URLs, so that a
 	// client only ever connects to the URLs it was given (a client behind a proxy stays behind it).
 	NoAdvertise bool
+	// Profile gives every node a profiling port (prof_port: Go's net/http/pprof handlers), for
+	// Node.CPUProfile.
+	Profile bool
 }
 
 // Cluster is a set of nats-server subprocesses.
@@ -41,6 +45,7 @@ type Node struct {
 	Name       string
 	ClientPort int
 	HTTPPort   int
+	ProfPort   int // 0 unless Options.Profile
 	cfgPath    string
 
 	mu     sync.Mutex
@@ -57,20 +62,23 @@ func Start(ctx context.Context, bin, parent string, o Options) (*Cluster, error)
 		return nil, err
 	}
 	c := &Cluster{bin: bin, dir: dir}
-	ports, err := FreePorts(3 * n)
+	ports, err := FreePorts(4 * n)
 	if err != nil {
 		return nil, err
 	}
 	var routes []string
 	if n > 1 {
 		for i := range n {
-			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+2]))
+			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[4*i+2]))
 		}
 	}
 	for i := range n {
-		nd := &Node{Name: fmt.Sprintf("n%d", i), ClientPort: ports[3*i], HTTPPort: ports[3*i+1]}
+		nd := &Node{Name: fmt.Sprintf("n%d", i), ClientPort: ports[4*i], HTTPPort: ports[4*i+1]}
+		if o.Profile {
+			nd.ProfPort = ports[4*i+3]
+		}
 		nd.cfgPath = filepath.Join(dir, nd.Name+".conf")
-		cfg := nodeConfig(nd, filepath.Join(dir, nd.Name), o, ports[3*i+2], routes)
+		cfg := nodeConfig(nd, filepath.Join(dir, nd.Name), o, ports[4*i+2], routes)
 		if err := os.WriteFile(nd.cfgPath, []byte(cfg), 0o600); err != nil {
 			return nil, err
 		}
@@ -95,6 +103,9 @@ func Start(ctx context.Context, bin, parent string, o Options) (*Cluster, error)
 func nodeConfig(nd *Node, storeDir string, o Options, routePort int, routes []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "server_name: %s\nlisten: \"127.0.0.1:%d\"\nhttp: \"127.0.0.1:%d\"\n", nd.Name, nd.ClientPort, nd.HTTPPort)
+	if nd.ProfPort != 0 {
+		fmt.Fprintf(&b, "prof_port: %d\n", nd.ProfPort)
+	}
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n", storeDir)
 	if o.Sync == "always" {
 		b.WriteString("  sync_interval: always\n")
@@ -200,6 +211,37 @@ func (nd *Node) Pid() int {
 
 // URL is the node's client URL.
 func (nd *Node) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(nd.ClientPort) }
+
+// CPUProfile writes a CPU profile of the node's next d (whole seconds, at least one) into file,
+// from its profiling port (Options.Profile).
+func (nd *Node) CPUProfile(ctx context.Context, d time.Duration, file string) error {
+	if nd.ProfPort == 0 {
+		return fmt.Errorf("nats-server %s has no profiling port", nd.Name)
+	}
+	sec := max(int((d+time.Second-1)/time.Second), 1)
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", nd.ProfPort, sec)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile nats-server %s: %w", nd.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile nats-server %s: %s", nd.Name, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("profile nats-server %s: %w", nd.Name, err)
+	}
+	return f.Close()
+}
 
 // Nodes are the cluster's nodes, n0 first.
 func (c *Cluster) Nodes() []*Node { return c.nodes }

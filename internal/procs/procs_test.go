@@ -3,6 +3,8 @@ package procs
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +80,34 @@ func TestCPUOfOwnProcess(t *testing.T) {
 		}
 	}
 	t.Fatalf("CPU stayed at %v through ~10 s of work (sink %d)", first, sink)
+}
+
+// A node started with Profile serves a CPU profile (a gzipped pprof file); one without says it
+// has no profiling port.
+func TestNodeCPUProfile(t *testing.T) {
+	ctx := context.Background()
+	bin, err := BuildServer(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(ctx, bin, t.TempDir(), Options{Nodes: 1, Profile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	file := filepath.Join(t.TempDir(), "n0.pprof")
+	if err := c.Nodes()[0].CPUProfile(ctx, time.Second, file); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile of %d bytes is not gzipped: % x", len(b), b[:min(len(b), 8)])
+	}
+	plain := &Node{Name: "plain"}
+	if err := plain.CPUProfile(ctx, time.Second, file); err == nil || !strings.Contains(err.Error(), "no profiling port") {
+		t.Fatalf("node without a profiling port: %v", err)
+	}
 }
