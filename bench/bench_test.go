@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,8 +22,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(buildOnce{m})
 }
 
-// serverBin is a nats-server built once for the tests that do not test the build itself.
-var serverBin string
+// serverBin is a nats-server built once for the tests that do not test the build itself;
+// axbridgeBin is the axbridge binary, for the binary row (the test binary is not one).
+var serverBin, axbridgeBin string
 
 type buildOnce struct{ m *testing.M }
 
@@ -34,14 +37,18 @@ func (b buildOnce) Run() int {
 	if serverBin, err = buildServer(context.Background(), dir); err != nil {
 		panic(err)
 	}
+	axbridgeBin = filepath.Join(dir, "axbridge")
+	if out, err := exec.Command("go", "build", "-o", axbridgeBin, "github.com/axbridge/axbridge/cmd/axbridge").CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("build axbridge: %v\n%s", err, out))
+	}
 	return b.m.Run()
 }
 
 // tinyArgs run every scenario at sizes that take seconds, not minutes. Default sync keeps the
 // fsync-bound intake short; TestBenchTableOutput covers sync always.
 func tinyArgs() []string {
-	return []string{"--nats-server", serverBin, "--sync", "default",
-		"--burst", "200", "--spread", "50", "--pending", "2000", "--lead", "3s",
+	return []string{"--nats-server", serverBin, "--axbridge", axbridgeBin, "--sync", "default",
+		"--burst", "200", "--spread", "50", "--pending", "2000", "--lead", "3s", "--binary-settle", "1s",
 		"--series-ticks", "3", "--limit-tasks", "300", "--bulk-tasks", "200"}
 }
 
@@ -69,7 +76,8 @@ func TestBenchTinyAllRows(t *testing.T) {
 	}
 	bridgeOnly := map[string]bool{"heap_steady": true, "heap_restart": true, "spread_conflicts": true, "burst_conflicts": true,
 		"limit_peak": true, "limit_drain": true, "census_list": true, "census_list_one": true, "census_stats": true,
-		"bulk_dry": true, "bulk_requeue": true, "bulk_rate": true}
+		"bulk_dry": true, "bulk_requeue": true, "bulk_rate": true,
+		"binary_rss": true, "binary_heap": true, "binary_spread_p50": true, "binary_spread_p99": true, "binary_spread_max": true, "binary_rss_after": true}
 	for _, d := range rowDefs {
 		r, ok := got[d.key]
 		if !ok {
@@ -92,6 +100,10 @@ func TestBenchTinyAllRows(t *testing.T) {
 	}
 	if s := got["series_ticks"]; s.Bridge == nil || *s.Bridge != 3 || s.Native == nil || *s.Native != 3 {
 		t.Errorf("series ticks: native %v bridge %v, want 3 each", s.Native, s.Bridge)
+	}
+	// The binary's resident set holds at least its heap in use.
+	if rss, heap := got["binary_rss"], got["binary_heap"]; rss.Bridge == nil || heap.Bridge == nil || *heap.Bridge <= 0 || *rss.Bridge < *heap.Bridge {
+		t.Errorf("binary: RSS per task %v, heap in use per task %v: want RSS ≥ heap > 0", rss.Bridge, heap.Bridge)
 	}
 	// Every task of a burst is stored at least once (the schedule itself) on both sides.
 	if w := got["writes"]; w.Native == nil || *w.Native < 1 || w.Bridge == nil || *w.Bridge < 1 {

@@ -39,16 +39,21 @@ type options struct {
 	json        bool
 	natsServer  string
 	logLevel    slog.Level
-	cpuProfile  string // file for a CPU profile of the bench process during the pending row's restart
-	burstProf   string // file for a CPU profile of the bench process from the burst's due instant to its last ack
+	cpuProfile  string   // file for a CPU profile of the bench process during the pending row's restart
+	burstProf   string   // file for a CPU profile of the bench process from the burst's due instant to its last ack
+	binaryEnv   []string // NAME=value pairs added to the environment of the binary row's axbridge
+	axbridge    string   // the binary row's axbridge binary; empty: this executable
+	// binarySettle is how long the binary row waits, once the index holds every pending task,
+	// before it reads the resident set (the runtime and the bridge return memory after a while).
+	binarySettle time.Duration
 }
 
 // scenarios in run and table order; --only also takes the aliases in scenarioAlias.
-var scenarios = []string{"intake", "spread", "burst", "isolation", "series", "limits", "bulk", "pending"}
+var scenarios = []string{"intake", "spread", "burst", "isolation", "series", "limits", "bulk", "pending", "binary"}
 
 var scenarioAlias = map[string]string{
 	"writes": "burst", "drain": "burst", "lateness": "spread",
-	"heap": "pending", "memory": "pending", "rss": "pending", "restart": "pending",
+	"heap": "pending", "memory": "pending", "restart": "pending", "rss": "binary",
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -73,11 +78,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.pending, "pending", 1000000, "far-future tasks pending in the memory and restart rows")
 	fs.IntVar(&o.payload, "payload-bytes", len(basePayload), "bytes of every task's body, both sides (a small JSON object, padded)")
 	fs.DurationVar(&o.lead, "lead", 0, "time from the start of publishing a burst to its due instant (default: from the intake row's rate)")
-	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), isolation, series, limits, bulk, pending (heap, memory, rss, restart); default all")
+	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: intake, spread (lateness), burst (drain, writes), isolation, series, limits, bulk, pending (heap, memory, restart), binary (rss); default all")
+	fs.StringVar(&o.axbridge, "axbridge", "", "the axbridge binary the binary row runs (default: this one)")
+	fs.DurationVar(&o.binarySettle, "binary-settle", 15*time.Second, "how long the binary row waits after its index is loaded before it reads the resident set")
+	binaryEnv := fs.String("binary-env", "", "comma-separated NAME=value pairs for the environment of the binary row's axbridge process, such as GOGC=50")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.StringVar(&o.natsServer, "nats-server", "", "nats-server binary to run (default: build the module's nats-server into a temp dir)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the bridge runs in it) from the pending row's restart until its index is loaded")
-	fs.StringVar(&o.burstProf, "burst-cpuprofile", "", "write a CPU profile of the bench process from the bridge burst's due instant until its last ack")
+	fs.StringVar(&o.burstProf, "burst-cpuprofile", "", "write a CPU profile of the bench process from the bridge burst's due instant until its last ack, and one of each nats-server for 8 s from that instant into FILE.n0, FILE.n1, ...")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the bridge's own logs on stderr: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -95,6 +103,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			errs = append(errs, fmt.Errorf("%s %d: want at least 1", name, v))
 		}
 	}
+	var err error
+	if o.binaryEnv, err = parseEnv(*binaryEnv); err != nil {
+		errs = append(errs, err)
+	}
 	if o.lead < 0 {
 		errs = append(errs, fmt.Errorf("--lead %v: want a positive duration", o.lead))
 	}
@@ -111,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			s = a
 		}
 		if !slices.Contains(scenarios, s) {
-			errs = append(errs, fmt.Errorf("--only %q: want some of intake, spread, burst, writes, isolation, series, limits, bulk, pending, heap, restart", s))
+			errs = append(errs, fmt.Errorf("--only %q: want some of intake, spread, burst, writes, isolation, series, limits, bulk, pending, heap, restart, binary, rss", s))
 			continue
 		}
 		picked[s] = true

@@ -53,6 +53,12 @@ var rowDefs = []rowDef{
 	{"census_list", "operator API at M pending: first list page of 100, slowest of 5 (native: no list)", "ms", "pending"},
 	{"census_list_one", "operator API at M pending: a list that selects 1 task, slowest of 5", "ms", "pending"},
 	{"census_stats", "operator API at M pending: stats, slowest of 5", "ms", "pending"},
+	{"binary_rss", "axbridge binary: RSS per pending task, M through intake, steady (no restart)", "B", "binary"},
+	{"binary_heap", "axbridge binary: heap in use per pending task (go_memstats_heap_inuse_bytes)", "B", "binary"},
+	{"binary_spread_p50", "axbridge binary: spread lateness p50 vs Ax-Due-At with M pending", "ms", "binary"},
+	{"binary_spread_p99", "axbridge binary: spread lateness p99 with M pending", "ms", "binary"},
+	{"binary_spread_max", "axbridge binary: spread lateness max with M pending", "ms", "binary"},
+	{"binary_rss_after", "axbridge binary: RSS per pending task after that spread", "B", "binary"},
 }
 
 // result is what one scenario side measured.

@@ -144,6 +144,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		select {
 		case <-b.Ready():
 			debug.FreeOSMemory()
+			returnIdle(ctx, o.returnMemory)
 		case <-ctx.Done():
 		}
 	}()
