@@ -42,7 +42,6 @@ type options struct {
 	uiReadOnly          bool
 	logFormat, logLevel string
 	stopTimeout         time.Duration
-	returnMemory        time.Duration
 }
 
 // parseFlags reads flags, with AX_<FLAG_NAME> environment variables as defaults.
@@ -105,7 +104,6 @@ bridge on it. Every flag can also come from an environment variable: --ack-wait 
 	fs.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (colour on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "how long a graceful stop may take")
-	fs.DurationVar(&o.returnMemory, "return-memory", 10*time.Second, "how often the bridge checks for free heap it still holds and, when there is a fair share of it (16 MiB and a tenth of the heap in use), collects and returns it to the kernel; 0: never (the Go runtime returns it slowly)")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {

@@ -144,7 +144,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		select {
 		case <-b.Ready():
 			debug.FreeOSMemory()
-			returnIdle(ctx, o.returnMemory)
 		case <-ctx.Done():
 		}
 	}()
